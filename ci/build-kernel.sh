@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Configures and builds the test kernel once per (kernel version, fragment,
+# toolchain) and prints the build directory. A later call with the same inputs
+# reuses the cached build.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+src=$("$here/fetch-kernel.sh")
+toolchain="$($RUSTC --version) | $(${LLVM}clang --version | head -n 1) | $("$BINDGEN" --version)"
+key=$( { basename "$src"; cat "$here/kernel.config" "$here/kernel-required.txt"; echo "$toolchain"; } |
+	sha256sum | cut -c1-16)
+out="$P2P_CACHE/build/$(basename "$src")-$key"
+
+if [ -f "$out/.built" ]; then
+	echo "$out"
+	exit 0
+fi
+
+mkmake() { make -C "$src" O="$out" LLVM="$LLVM" RUSTC="$RUSTC" BINDGEN="$BINDGEN" "$@"; }
+
+log "configuring $(basename "$src") in $out"
+rm -rf "$out"
+mkdir -p "$out"
+mkmake -s tinyconfig >/dev/null
+"$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" "$here/kernel.config" >/dev/null
+mkmake -s olddefconfig >/dev/null
+mkmake -s rustavailable >/dev/null 2>&1 || {
+	mkmake rustavailable || true
+	die "the kernel does not accept this Rust toolchain (see above)"
+}
+
+missing=""
+for opt in $(grep -v '^#' "$here/kernel-required.txt"); do
+	grep -q "^$opt=y" "$out/.config" || missing+=" $opt"
+done
+[ -z "$missing" ] || die "required options lost in olddefconfig:$missing (a dependency or the toolchain is missing)"
+
+jobs=$(( $(nproc) + 1 ))
+log "building kernel with $jobs jobs (about 12 min from scratch on 2 cores); log: $out/build.log"
+start=$(date +%s)
+set +e
+mkmake -j"$jobs" bzImage modules 2>&1 | tee "$out/build.log" | {
+	n=0
+	while IFS= read -r line; do
+		case "$line" in
+		"  CC "* | "  RUSTC "* | "  LD "* | "  AR "* | "  AS "*)
+			n=$((n + 1))
+			[ $((n % 250)) -ne 0 ] ||
+				printf '[p2pdirect]   %5d objects, %4ds: %s\n' "$n" $(($(date +%s) - start)) "$line" >&2 ;;
+		*error:* | *"Error "[0-9]*) printf '%s\n' "$line" >&2 ;;
+		esac
+	done
+}
+rc=${PIPESTATUS[0]}
+set -e
+[ "$rc" -eq 0 ] || die "kernel build failed (rc $rc); see $out/build.log"
+log "kernel built in $(( $(date +%s) - start )) s"
+touch "$out/.built"
+echo "$out"

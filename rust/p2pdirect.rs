@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! p2pdirect: GPUDirect-style device memory, peer-memory registration and
+//! direct NVMe I/O on the upstream PCI P2PDMA infrastructure.
+//!
+//! Crate root: module lines, the module struct and its initializer. Field
+//! order of [`P2pDirect`] is the setup order; teardown is the reverse (Drop).
+
+mod chardev;
+mod ffi;
+mod ioctl;
+
+use kernel::prelude::*;
+
+module! {
+    type: P2pDirect,
+    name: "p2pdirect",
+    authors: ["p2pdirect developers"],
+    description: "Device memory, peer-memory clients and direct storage I/O on PCI P2PDMA",
+    license: "GPL",
+}
+
+/// Version of this module, reported by `P2PDIRECT_IOC_GET_VERSION`.
+pub(crate) const MODULE_VERSION: &str = "0.1.0";
+
+#[pin_data]
+struct P2pDirect {
+    /// `/dev/p2pdirect`: registered last, so every room it reaches is ready.
+    #[pin]
+    chardev: chardev::Registration,
+}
+
+impl kernel::InPlaceModule for P2pDirect {
+    fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        pr_info!(
+            "p2pdirect {} loading (ABI {}.{})\n",
+            MODULE_VERSION,
+            ffi::uapi::P2PDIRECT_ABI_MAJOR,
+            ffi::uapi::P2PDIRECT_ABI_MINOR
+        );
+        try_pin_init!(Self {
+            chardev <- chardev::register(),
+        })
+    }
+}
+
+impl Drop for P2pDirect {
+    fn drop(&mut self) {
+        pr_info!("p2pdirect unloading\n");
+    }
+}

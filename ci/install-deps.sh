@@ -4,7 +4,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-pkgs=(rustc-web rust-web-src libclang-19-dev clang-19 lld-19 llvm-19
+pkgs=(rustc-web rust-web-src rust-web-clippy libclang-19-dev clang-19 lld-19 llvm-19
       qemu-system-x86 busybox-static bc bison flex libelf-dev libssl-dev
       cpio kmod xz-utils python3 gcc make)
 

@@ -56,8 +56,14 @@ fn get_version(arg: usize) -> Result<isize> {
         module_version: [0; uapi::P2PDIRECT_MODULE_VERSION_LEN as usize],
     };
     // Keep the last byte as the terminating NUL.
-    let len = crate::MODULE_VERSION.len().min(out.module_version.len() - 1);
-    for (dst, src) in out.module_version.iter_mut().zip(&crate::MODULE_VERSION.as_bytes()[..len]) {
+    let len = crate::MODULE_VERSION
+        .len()
+        .min(out.module_version.len() - 1);
+    for (dst, src) in out
+        .module_version
+        .iter_mut()
+        .zip(&crate::MODULE_VERSION.as_bytes()[..len])
+    {
         *dst = *src as kernel::ffi::c_char;
     }
     ffi::copy_to_user(arg, &out)?;

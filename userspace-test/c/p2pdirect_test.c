@@ -36,13 +36,14 @@ FIXTURE_TEARDOWN(dev)
 TEST_F(dev, get_version)
 {
 	struct p2pdirect_version v;
+	size_t len;
 
 	memset(&v, 0xa5, sizeof(v));
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_GET_VERSION, &v));
 	EXPECT_EQ((__u32)P2PDIRECT_ABI_MAJOR, v.abi_major);
 	EXPECT_EQ((__u32)P2PDIRECT_ABI_MINOR, v.abi_minor);
 	/* NUL-terminated inside the field, and the rest zeroed. */
-	size_t len = strnlen(v.module_version, sizeof(v.module_version));
+	len = strnlen(v.module_version, sizeof(v.module_version));
 	ASSERT_LT(len, sizeof(v.module_version));
 	EXPECT_GT(len, 0u);
 	for (size_t i = len; i < sizeof(v.module_version); i++)
@@ -96,7 +97,7 @@ TEST_F(dev, wrong_size_enotty)
 
 TEST_F(dev, bad_pointer_efault)
 {
-	void *unmapped;
+	void *unmapped, *ro;
 
 	errno = 0;
 	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_GET_VERSION, NULL));
@@ -111,7 +112,7 @@ TEST_F(dev, bad_pointer_efault)
 	EXPECT_EQ(EFAULT, errno);
 
 	/* Read-only memory for an output argument. */
-	void *ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	ASSERT_NE(MAP_FAILED, ro);
 	errno = 0;
@@ -132,9 +133,7 @@ TEST(nonroot_open_eacces)
 	if (pid == 0) {
 		if (setgid(NOBODY) || setuid(NOBODY))
 			_exit(100);
-		int fd = open(DEV_PATH, O_RDWR);
-
-		_exit(fd >= 0 ? 0 : errno);
+		_exit(open(DEV_PATH, O_RDWR) >= 0 ? 0 : errno);
 	}
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFEXITED(status));

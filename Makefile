@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: GPL-2.0
+# p2pdirect. `make` builds the module (against the cached test kernel, or
+# against KDIR=/path/to/a/Rust-enabled/kernel/build); `make demo` runs the
+# main job in the test VM; `make check` runs every test.
+
+all: module
+
+module:
+	@ci/build-module.sh
+
+demo:
+	@ci/demo.sh
+
+check:
+	@ci/check.sh
+
+deps:
+	@ci/install-deps.sh
+
+kernel:
+	@ci/build-kernel.sh >/dev/null
+
+# Static checks of the sources: rustfmt and clippy on the userspace crate,
+# rustfmt on the module, checkpatch-style C through the kernel's script.
+lint:
+	@ci/lint.sh
+
+clean:
+	@if [ -n "$(KDIR)" ]; then $(MAKE) -C "$(KDIR)" M=$(CURDIR) clean; fi
+	rm -f *.o *.ko *.mod *.mod.c .*.cmd modules.order Module.symvers \
+		rust/*.o rust/.*.cmd rust/ffi/*.o rust/ffi/.*.cmd rust/ffi/uapi_generated.rs
+	$(MAKE) -C userspace-test/c clean KSRC=/nonexistent
+	cd userspace-test/rust && cargo clean
+
+.PHONY: all module demo check deps kernel lint clean

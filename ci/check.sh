@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# `make check`: host-side tests, then the guest tests in the VM. Prints every
+# TAP stream, then `N passed, N failed`; exits non-zero on any failure.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+start=$(date +%s)
+res=$(mktemp -d)
+trap 'rm -rf "$res"' EXIT
+
+"$here/tests/host-tests.sh" >"$res/host.tap"
+"$here/lint.sh" >>"$res/host.tap"
+if run=$("$here/vm.sh" check); then
+	"$here/vm-verdict.sh" "$run" >"$res/vm.tap"
+	tr -d '\r' <"$run/tap.log" >"$res/guest.tap"
+else
+	printf '# suite: vm\nnot ok 1 - building or booting the VM failed (see above)\n1..1\n' >"$res/vm.tap"
+	: >"$res/guest.tap"
+fi
+
+cat "$res/host.tap" "$res/guest.tap" "$res/vm.tap"
+echo "# run dir: ${run:-none}; total wall time $(($(date +%s) - start)) s"
+"$here/tap-summary.py" "$res/host.tap" "$res/vm.tap" "$res/guest.tap"
+rc=$?
+if [ "$rc" -ne 0 ] && [ -n "${run:-}" ] && [ -f "$run/console.log" ]; then
+	echo "# last lines of the guest console ($run/console.log):"
+	tail -n 30 "$run/console.log" | tr -d '\r' | sed 's/^/#   /'
+	"$here/tap-summary.py" "$res/host.tap" "$res/vm.tap" "$res/guest.tap" | tail -n 1
+fi
+exit "$rc"

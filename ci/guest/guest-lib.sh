@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: GPL-2.0
+# Functions of the guest init: device discovery, the guest suite, the demo.
+# Sourced by /init. Output for the host goes to $out (ttyS1).
+
+# pci_devs VENDOR CLASS-PREFIX: the sysfs dirs of matching PCI functions.
+pci_devs() {
+	for d in /sys/bus/pci/devices/*; do
+		v=$(cat "$d/vendor")
+		c=$(cat "$d/class")
+		case "$v:$c" in
+		$1:$2*) echo "$d" ;;
+		esac
+	done
+}
+gpus() { pci_devs 0x1af4 0x0500; }     # ivshmem-plain: RAM controller class
+nvmes() { pci_devs '*' 0x010802; }
+
+# The chain of PCI addresses from the root complex down to a device.
+pci_path() {
+	readlink -f "$1" | tr '/' '\n' | grep -E '^[0-9a-f]{4}:[0-9a-f]{2}:' | tr '\n' ' '
+}
+# The upstream switch port above a device behind a switch, or nothing.
+upstream_port() {
+	set -- $(pci_path "$1")
+	[ $# -ge 4 ] && echo "$(($# - 2))" "$(eval echo \${$(($# - 2))})"
+}
+nvme_serial() { cat "$1"/nvme/nvme*/serial 2>/dev/null | tr -d ' '; }
+
+describe_pci() {
+	for d in $(gpus) $(nvmes); do
+		bdf=${d##*/}
+		kind=gpu
+		[ "$(cat "$d/class")" = 0x010802 ] && kind="nvme $(nvme_serial "$d")"
+		bar=""
+		[ -f "$d/resource" ] && bar=$(sed -n 3p "$d/resource")
+		echo "  $bdf $(cat "$d/vendor"):$(cat "$d/device") $kind"
+		echo "      path: $(pci_path "$d")"
+		[ "$kind" = gpu ] && echo "      BAR2: $bar"
+	done
+}
+
+# --- TAP for the guest suite -------------------------------------------------
+n=0
+fails=0
+ok() { n=$((n + 1)); say "ok $n - $*"; }
+notok() { n=$((n + 1)); fails=$((fails + 1)); say "not ok $n - $*"; }
+check() { # check DESCRIPTION COMMAND...
+	desc=$1
+	shift
+	if "$@" >/tmp/check.out 2>&1; then ok "$desc"; else
+		notok "$desc"
+		sed 's/^/# /' /tmp/check.out >"$out"
+	fi
+}
+
+config_has() { zcat /proc/config.gz | grep -qx "CONFIG_$1=y"; }
+kernel_72() { case "$(uname -r)" in 7.2.*) ;; *) return 1 ;; esac; }
+count_is() { [ "$(echo $2 | wc -w)" -eq "$1" ]; }
+# Both GPUs and the NVMe with serial "sw" hang below one upstream switch port;
+# the NVMe with serial "rp" does not.
+switch_topology() {
+	sw=$(for d in $(nvmes); do [ "$(nvme_serial "$d")" = p2pnvme-sw ] && echo "$d"; done)
+	rp=$(for d in $(nvmes); do [ "$(nvme_serial "$d")" = p2pnvme-rp ] && echo "$d"; done)
+	[ -n "$sw" ] && [ -n "$rp" ] || { echo "nvme serials not found"; return 1; }
+	up=$(upstream_port "$sw")
+	[ -n "$up" ] || { echo "nvme sw not behind a switch: $(pci_path "$sw")"; return 1; }
+	for g in $(gpus); do
+		[ "$(upstream_port "$g")" = "$up" ] || { echo "gpu $g not below $up"; return 1; }
+	done
+	[ "$(upstream_port "$rp")" != "$up" ] || { echo "nvme rp is below the switch"; return 1; }
+	echo "switch upstream port: $up"
+}
+devnode_root_only() {
+	ls -l /dev/p2pdirect
+	[ -c /dev/p2pdirect ] && [ "$(stat -c '%a %u' /dev/p2pdirect)" = "600 0" ]
+}
+module_gone() { ! grep -q '^p2pdirect ' /proc/modules && [ ! -e /dev/p2pdirect ]; }
+kmemleak_clean() {
+	[ -w /sys/kernel/debug/kmemleak ] || { echo "kmemleak is not active"; return 1; }
+	# Objects younger than 5 s are never reported: scan, wait, scan again.
+	echo scan >/sys/kernel/debug/kmemleak
+	sleep 6
+	echo scan >/sys/kernel/debug/kmemleak
+	leaks=$(cat /sys/kernel/debug/kmemleak)
+	[ -z "$leaks" ] && return 0
+	# Onto the console too, where the host's log scanner sees it.
+	echo "$leaks" >/dev/console
+	echo "$leaks"
+	return 1
+}
+
+# libtest output -> TAP (plan at the end).
+libtest_tap() {
+	awk '
+	/^test .* \.\.\. ok$/      { n++; print "ok " n " - " $2; next }
+	/^test .* \.\.\. ignored/  { n++; print "ok " n " - " $2 " # SKIP ignored"; next }
+	/^test .* \.\.\. FAILED$/  { n++; print "not ok " n " - " $2; next }
+	{ print "# " $0 }
+	END { print "1.." n }'
+}
+
+run_suite() { # run_suite NAME COMMAND...: one TAP stream on $out
+	name=$1
+	shift
+	say "# suite: $name"
+	"$@" >"$out" 2>&1
+	rc=$?
+	say "# suite-exit: $name $rc"
+}
+
+rust_suite() { "$1" --test-threads=1 2>&1 | libtest_tap; }
+
+run_checks() {
+	say "# suite: guest"
+	check "kernel is 7.2.x ($(uname -r))" kernel_72
+	for opt in RUST PCI_P2PDMA KASAN PROVE_LOCKING DEBUG_KMEMLEAK DEBUG_ATOMIC_SLEEP; do
+		check "kernel has CONFIG_$opt" config_has $opt
+	done
+	check "two emulated GPUs (ivshmem-plain 1af4:1110)" count_is 2 "$(gpus)"
+	check "two NVMe controllers" count_is 2 "$(nvmes)"
+	check "PCIe switch: GPUs and nvme sw behind it, nvme rp outside" switch_topology
+	echo clear >/sys/kernel/debug/kmemleak
+	check "insmod p2pdirect.ko" insmod /p2pdirect.ko
+	check "/dev/p2pdirect is a root-only char device" devnode_root_only
+	say "1..$n"
+	say "# suite-exit: guest $fails"
+
+	run_suite c-abi /tests/p2pdirect_test
+	for t in /tests/rust-*; do
+		run_suite "${t##*/}" rust_suite "$t"
+	done
+
+	say "# suite: guest-teardown"
+	n=0
+	fails=0
+	check "rmmod p2pdirect" rmmod p2pdirect
+	check "module and /dev/p2pdirect gone" module_gone
+	check "kmemleak reports nothing" kmemleak_clean
+	say "1..$n"
+	say "# suite-exit: guest-teardown $fails"
+}
+
+run_demo() {
+	{
+		echo "kernel: $(uname -r) ($(uname -v))"
+		for opt in RUST PCI_P2PDMA KASAN; do
+			echo "  CONFIG_$opt=$(zcat /proc/config.gz | grep "^CONFIG_$opt=" | cut -d= -f2)"
+		done
+		echo "PCI devices (emulated GPUs = ivshmem-plain, NVMe controllers):"
+		describe_pci
+		switch_topology >/tmp/topo 2>&1 && echo "topology: $(cat /tmp/topo)" ||
+			echo "topology: unexpected: $(cat /tmp/topo)"
+		if insmod /p2pdirect.ko; then
+			echo "module: loaded; $(ls -l /dev/p2pdirect)"
+			/tests/p2pd version 2>&1 | sed 's/^/  /'
+			rmmod p2pdirect && echo "module: unloaded"
+		else
+			echo "module: insmod FAILED"
+		fi
+	} >"$out" 2>&1
+}

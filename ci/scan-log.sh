@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Scans a guest console log for kernel complaints. Prints each offending line
+# (with its line number) and exits 1 if there is any, 0 if the log is clean.
+# Usage: scan-log.sh CONSOLE_LOG
+set -u
+log=${1:?usage: scan-log.sh CONSOLE_LOG}
+[ -r "$log" ] || { echo "scan-log: cannot read $log" >&2; exit 2; }
+
+# One extended regex per kind of report. WARN_ON, lockdep ("WARNING: possible
+# circular locking dependency", "WARNING: inconsistent lock state", ...), RCU
+# splats and refcount/list corruption all print "WARNING:"; KASAN, sleeping in
+# atomic context, soft lockups and NULL dereferences print "BUG:".
+patterns=(
+	'WARNING:'
+	'BUG:'
+	'Oops'
+	'Kernel panic'
+	'kernel BUG at'
+	'general protection fault'
+	'Unable to handle kernel'
+	'Call Trace:'
+	'UBSAN:'
+	'panicked at'
+	'DEBUG_LOCKS_WARN_ON'
+	'INFO: possible'
+	'INFO: task .* blocked for more than'
+	'rcu: INFO:'
+	'unreferenced object 0x'
+	'kmemleak: [0-9]+ new suspected memory leak'
+	'kmemleak: .*disabled'
+)
+re=$(IFS='|'; echo "${patterns[*]}")
+# The kernel echoes its command line; never judge that line.
+if grep -nE "$re" "$log" | grep -v 'Kernel command line:'; then
+	exit 1
+fi
+exit 0

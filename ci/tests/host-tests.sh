@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Host-side tests of the CI's own judges, in TAP: the log scanner against
+# recorded guest logs (pass-*.log must pass, fail-*.log must fail) and the TAP
+# aggregator against crafted streams.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+ci=$(dirname "$here")
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $*"; }
+
+echo "# suite: host-scan-log"
+for f in "$here"/logs/*.log; do
+	name=$(basename "$f" .log)
+	"$ci/scan-log.sh" "$f" >/dev/null
+	rc=$?
+	case "$name" in
+	pass-*) [ "$rc" -eq 0 ] && ok "scanner accepts $name" || notok "scanner accepts $name (rc $rc)" ;;
+	fail-*) [ "$rc" -eq 1 ] && ok "scanner rejects $name" || notok "scanner rejects $name (rc $rc)" ;;
+	esac
+done
+"$ci/scan-log.sh" /nonexistent >/dev/null 2>&1
+[ $? -eq 2 ] && ok "scanner fails on an unreadable log" || notok "scanner fails on an unreadable log"
+echo "1..$n"
+
+echo "# suite: host-tap-summary"
+n=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+summary() { # summary EXPECTED_RC EXPECTED_LINE DESCRIPTION < stream
+	cat >"$tmp/tap"
+	out=$("$ci/tap-summary.py" "$tmp/tap")
+	rc=$?
+	last=$(echo "$out" | tail -n 1)
+	if [ "$rc" -eq "$1" ] && [ "$last" = "$2" ]; then ok "$3"; else
+		notok "$3 (rc $rc, '$last')"
+	fi
+}
+summary 0 "3 passed, 0 failed" "all ok, plans first and last" < <(printf '# suite: a\n1..2\nok 1 x\nok 2 - y\n# suite: b\nok 1 - z\n1..1\n')
+summary 1 "1 passed, 1 failed" "a failed test fails the run" < <(printf '# suite: a\n1..2\nok 1 x\nnot ok 2 - y\n')
+summary 1 "1 passed, 1 failed" "a suite that stops early fails" < <(printf '# suite: a\n1..3\nok 1 x\n')
+summary 1 "1 passed, 1 failed" "a suite without a plan fails" < <(printf '# suite: a\nok 1 x\n')
+summary 1 "1 passed, 1 failed" "a suite that exits non-zero with all ok fails" < <(printf '# suite: a\n1..1\nok 1 x\n# suite-exit: a 139\n')
+summary 1 "0 passed, 0 failed" "no tests at all is not a pass" </dev/null
+echo "1..$n"
+exit 0

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Boots the test VM and runs the guest side of p2pdirect: `vm.sh check` runs
+# the tests (TAP to $RUN/tap.log), `vm.sh demo` the demo. Builds whatever is
+# missing first. Prints the run directory on stdout.
+#
+# Topology (q35, TCG unless a KVM probe boot works):
+#   pcie.0 - rp0 - switch upstream - dn0: NVMe "p2pnvme-sw" (CMB 16 MiB)
+#                                  - dn1: ivshmem-plain 64 MiB (GPU 0)
+#                                  - dn2: ivshmem-plain 64 MiB (GPU 1)
+#          - rp1 - NVMe "p2pnvme-rp" (own root port: not P2P-reachable)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+. "$here/lib.sh"
+
+mode=${1:-check}
+timeout_s=${P2PDIRECT_VM_TIMEOUT:-900}
+
+"$here/install-deps.sh"
+kdir=$("$here/build-kernel.sh")
+ksrc=$("$here/fetch-kernel.sh")
+env -u KDIR "$here/build-module.sh" >&2
+log "building userspace tests"
+make -s -C "$repo/userspace-test/c" KSRC="$ksrc" >&2
+rust_tests=$(cd "$repo/userspace-test/rust" &&
+	cargo build --quiet --release --bin p2pd >&2 &&
+	cargo test --quiet --release --no-run --message-format=json 2>/dev/null |
+	python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+        print(m["executable"])')
+[ -n "$rust_tests" ] || die "no Rust test binaries were built"
+
+run=$(mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX" 2>/dev/null ||
+	{ mkdir -p "$P2P_CACHE/runs" && mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX"; })
+shm_prefix="/dev/shm/p2pdirect-$(basename "$run")"
+cleanup() { rm -f "$shm_prefix"-gpu*; }
+trap cleanup EXIT
+
+# --- initramfs ---------------------------------------------------------------
+root="$run/initramfs"
+mkdir -p "$root"/{bin,lib,lib64,tests,proc,sys,dev,tmp,etc}
+cp /bin/busybox "$root/bin/busybox"
+cp "$here/guest/init" "$root/init"
+cp "$here/guest/guest-lib.sh" "$root/tests/"
+cp "$repo/p2pdirect.ko" "$root/"
+cp "$repo/userspace-test/c/p2pdirect_test" "$root/tests/"
+cp "$repo/userspace-test/rust/target/release/p2pd" "$root/tests/"
+for t in $rust_tests; do
+	cp "$t" "$root/tests/rust-$(basename "$t" | sed 's/-[0-9a-f]*$//')"
+done
+echo 'root:x:0:0:root:/:/bin/sh' >"$root/etc/passwd"
+echo 'nobody:x:65534:65534:nobody:/:/bin/false' >>"$root/etc/passwd"
+# Shared libraries of the dynamically linked test programs.
+for f in "$root"/tests/*; do
+	ldd "$f" 2>/dev/null | awk '/=>/ { print $3 } /^\t\/lib/ { print $1 }'
+done | sort -u | while read -r lib; do
+	[ -f "$lib" ] || continue
+	cp -L "$lib" "$root/lib/"
+	case "$lib" in /lib64/*) cp -L "$lib" "$root/lib64/" ;; esac
+done
+chmod +x "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet) >"$run/initramfs.cpio"
+
+# --- disks and device memory -------------------------------------------------
+truncate -s 256M "$run/nvme-sw.img" "$run/nvme-rp.img"
+for g in 0 1; do truncate -s 64M "$shm_prefix-gpu$g"; done
+
+# --- accelerator ---------------------------------------------------------------
+accel=${P2PDIRECT_ACCEL:-auto}
+if [ "$accel" = auto ]; then
+	accel=tcg
+	probe="$P2P_CACHE/kvm-probe-$(basename "$kdir")"
+	if [ -w /dev/kvm ]; then
+		if [ ! -f "$probe" ]; then
+			log "probing KVM with a short boot (once per kernel build)"
+			if P2PDIRECT_ACCEL=kvm P2PDIRECT_VM_TIMEOUT=40 "$0" probe >/dev/null 2>&1; then
+				echo kvm >"$probe"
+			else
+				echo tcg >"$probe"
+			fi
+		fi
+		accel=$(cat "$probe")
+	fi
+fi
+case "$accel" in
+kvm) cpu=(-accel kvm -cpu host) ;;
+*) cpu=(-accel tcg -cpu max) ;;
+esac
+
+qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
+	-nodefaults -display none -vga none -no-reboot
+	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$run/initramfs.cpio"
+	-append "console=ttyS0 loglevel=6 panic=-1 oops=panic p2p_mode=$mode"
+	-serial "file:$run/console.log" -serial "file:$run/tap.log"
+	-device pcie-root-port,id=rp0,bus=pcie.0,chassis=1
+	-device x3130-upstream,id=up0,bus=rp0
+	-device xio3130-downstream,id=dn0,bus=up0,chassis=2,slot=0
+	-device xio3130-downstream,id=dn1,bus=up0,chassis=3,slot=1
+	-device xio3130-downstream,id=dn2,bus=up0,chassis=4,slot=2
+	-drive "file=$run/nvme-sw.img,if=none,id=nvmsw,format=raw"
+	-device nvme,serial=p2pnvme-sw,drive=nvmsw,bus=dn0,cmb_size_mb=16
+	-object "memory-backend-file,id=gpumem0,size=64M,share=on,mem-path=$shm_prefix-gpu0"
+	-device ivshmem-plain,memdev=gpumem0,bus=dn1
+	-object "memory-backend-file,id=gpumem1,size=64M,share=on,mem-path=$shm_prefix-gpu1"
+	-device ivshmem-plain,memdev=gpumem1,bus=dn2
+	-device pcie-root-port,id=rp1,bus=pcie.0,chassis=5
+	-drive "file=$run/nvme-rp.img,if=none,id=nvmrp,format=raw"
+	-device nvme,serial=p2pnvme-rp,drive=nvmrp,bus=rp1)
+printf '%q ' "${qemu[@]}" >"$run/qemu.cmd"
+
+log "booting VM ($mode, $accel); run dir $run"
+start=$(date +%s)
+set +e
+timeout -k 10 "$timeout_s" "${qemu[@]}" </dev/null >"$run/qemu.out" 2>&1
+rc=$?
+set -e
+echo "$rc $(($(date +%s) - start))" >"$run/qemu.rc"
+log "VM exited rc=$rc after $(($(date +%s) - start)) s"
+echo "$run"

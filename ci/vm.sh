@@ -56,7 +56,7 @@ echo 'root:x:0:0:root:/:/bin/sh' >"$root/etc/passwd"
 echo 'nobody:x:65534:65534:nobody:/:/bin/false' >>"$root/etc/passwd"
 # Shared libraries of the dynamically linked test programs.
 for f in "$root"/tests/*; do
-	ldd "$f" 2>/dev/null | awk '/=>/ { print $3 } /^\t\/lib/ { print $1 }'
+	{ ldd "$f" 2>/dev/null || true; } | awk '/=>/ { print $3 } /^\t\/lib/ { print $1 }'
 done | sort -u | while read -r lib; do
 	[ -f "$lib" ] || continue
 	cp -L "$lib" "$root/lib/"
@@ -77,7 +77,9 @@ if [ "$accel" = auto ]; then
 	if [ -w /dev/kvm ]; then
 		if [ ! -f "$probe" ]; then
 			log "probing KVM with a short boot (once per kernel build)"
-			if P2PDIRECT_ACCEL=kvm P2PDIRECT_VM_TIMEOUT=40 "$0" probe >/dev/null 2>&1; then
+			# KVM counts only if the guest got to its init and said so.
+			probe_run=$(P2PDIRECT_ACCEL=kvm P2PDIRECT_VM_TIMEOUT=40 "$0" probe 2>/dev/null || true)
+			if [ -n "$probe_run" ] && grep -q probe-ok "$probe_run/tap.log" 2>/dev/null; then
 				echo kvm >"$probe"
 			else
 				echo tcg >"$probe"
@@ -94,7 +96,7 @@ esac
 qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
 	-nodefaults -display none -vga none -no-reboot
 	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$run/initramfs.cpio"
-	-append "console=ttyS0 loglevel=6 panic=-1 oops=panic p2p_mode=$mode"
+	-append "console=ttyS0 loglevel=7 panic=-1 oops=panic p2p_mode=$mode"
 	-serial "file:$run/console.log" -serial "file:$run/tap.log"
 	-device pcie-root-port,id=rp0,bus=pcie.0,chassis=1
 	-device x3130-upstream,id=up0,bus=rp0

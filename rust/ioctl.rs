@@ -35,9 +35,9 @@ fn unknown(cmd: u32) -> Error {
         ioctl::_IOC_NR(cmd),
         ioctl::_IOC_SIZE(cmd),
     );
-    if ty == uapi::P2PDIRECT_IOCTL_MAGIC as u32 && ffi::ratelimit() {
+    if ty == u32::from(uapi::P2PDIRECT_IOCTL_MAGIC) && ffi::ratelimit() {
         pr_warn!(
-            "p2pdirect: ioctl 0x{:08x} (nr 0x{:02x}, size {}) is not a command of ABI {}.{}; \
+            "ioctl 0x{:08x} (nr 0x{:02x}, size {}) is not a command of ABI {}.{}; \
              was the caller built against another p2pdirect.h?\n",
             cmd,
             nr,

@@ -23,7 +23,7 @@ module! {
 /// Version of this module, reported by `P2PDIRECT_IOC_GET_VERSION`.
 pub(crate) const MODULE_VERSION: &str = "0.1.0";
 
-#[pin_data]
+#[pin_data(PinnedDrop)]
 struct P2pDirect {
     /// `/dev/p2pdirect`: registered last, so every room it reaches is ready.
     #[pin]
@@ -33,7 +33,7 @@ struct P2pDirect {
 impl kernel::InPlaceModule for P2pDirect {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
         pr_info!(
-            "p2pdirect {} loading (ABI {}.{})\n",
+            "version {} loading (ABI {}.{})\n",
             MODULE_VERSION,
             ffi::uapi::P2PDIRECT_ABI_MAJOR,
             ffi::uapi::P2PDIRECT_ABI_MINOR
@@ -44,8 +44,9 @@ impl kernel::InPlaceModule for P2pDirect {
     }
 }
 
-impl Drop for P2pDirect {
-    fn drop(&mut self) {
-        pr_info!("p2pdirect unloading\n");
+#[pinned_drop]
+impl PinnedDrop for P2pDirect {
+    fn drop(self: Pin<&mut Self>) {
+        pr_info!("unloading\n");
     }
 }

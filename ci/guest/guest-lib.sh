@@ -96,7 +96,7 @@ libtest_tap() {
 	/^test .* \.\.\. ignored/  { n++; print "ok " n " - " $2 " # SKIP ignored"; next }
 	/^test .* \.\.\. FAILED$/  { n++; print "not ok " n " - " $2; next }
 	{ print "# " $0 }
-	END { print "1.." n }'
+	END { print "1.." n + 0 }'
 }
 
 run_suite() { # run_suite NAME COMMAND...: one TAP stream on $out
@@ -112,6 +112,7 @@ rust_suite() { "$1" --test-threads=1 2>&1 | libtest_tap; }
 
 run_checks() {
 	say "# suite: guest"
+	describe_pci | sed 's/^/# /' >"$out"
 	check "kernel is 7.2.x ($(uname -r))" kernel_72
 	for opt in RUST PCI_P2PDMA KASAN PROVE_LOCKING DEBUG_KMEMLEAK DEBUG_ATOMIC_SLEEP; do
 		check "kernel has CONFIG_$opt" config_has $opt

@@ -6,7 +6,7 @@
 //! time, and `--clang-macro-fallback` evaluates the `_IOWR()` command numbers
 //! with clang.
 
-#![allow(non_camel_case_types, dead_code, clippy::all)]
+#![allow(non_camel_case_types, dead_code, unreachable_pub, clippy::all)]
 
 include!("uapi_generated.rs");
 

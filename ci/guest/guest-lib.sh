@@ -22,7 +22,7 @@ pci_path() {
 # The upstream switch port above a device behind a switch, or nothing.
 upstream_port() {
 	set -- $(pci_path "$1")
-	[ $# -ge 4 ] && echo "$(($# - 2))" "$(eval echo \${$(($# - 2))})"
+	[ $# -ge 4 ] && eval echo "\${$(($# - 2))}"
 }
 nvme_serial() { cat "$1"/nvme/nvme*/serial 2>/dev/null | tr -d ' '; }
 
@@ -31,8 +31,7 @@ describe_pci() {
 		bdf=${d##*/}
 		kind=gpu
 		[ "$(cat "$d/class")" = 0x010802 ] && kind="nvme $(nvme_serial "$d")"
-		bar=""
-		[ -f "$d/resource" ] && bar=$(sed -n 3p "$d/resource")
+		bar=$(sed -n 3p "$d/resource" | { read -r s e f; printf '0x%x-0x%x (%d MiB)' $s $e $(((e - s + 1) >> 20)); })
 		echo "  $bdf $(cat "$d/vendor"):$(cat "$d/device") $kind"
 		echo "      path: $(pci_path "$d")"
 		[ "$kind" = gpu ] && echo "      BAR2: $bar"

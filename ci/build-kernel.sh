@@ -7,6 +7,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
+"$here/install-deps.sh"
 src=$("$here/fetch-kernel.sh")
 toolchain="$($RUSTC --version) | $(${LLVM}clang --version | head -n 1) | $("$BINDGEN" --version)"
 key=$( { basename "$src"; cat "$here/kernel.config" "$here/kernel-required.txt"; echo "$toolchain"; } |

@@ -4,6 +4,7 @@
 # installed system-wide) and unpacks it into the cache. Prints the source dir.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+"$(dirname "$0")/install-deps.sh"
 
 series=${P2PDIRECT_KERNEL_SERIES:-7.2}
 apt_dir="$P2P_CACHE/apt"

@@ -14,6 +14,7 @@ trap 'rm -rf "$res"' EXIT
 if run=$("$here/vm.sh" check); then
 	"$here/vm-verdict.sh" "$run" >"$res/vm.tap"
 	tr -d '\r' <"$run/tap.log" >"$res/guest.tap"
+	"$here/hostcheck.py" "$res/guest.tap" "$run" >>"$res/vm.tap"
 else
 	printf '# suite: vm\nnot ok 1 - building or booting the VM failed (see above)\n1..1\n' >"$res/vm.tap"
 	: >"$res/guest.tap"

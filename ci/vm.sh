@@ -5,9 +5,9 @@
 # missing first. Prints the run directory on stdout.
 #
 # Topology (q35, TCG unless a KVM probe boot works):
-#   pcie.0 - rp0 - switch upstream - dn0: NVMe "p2pnvme-sw" (CMB 16 MiB)
-#                                  - dn1: ivshmem-plain 64 MiB (GPU 0)
-#                                  - dn2: ivshmem-plain 64 MiB (GPU 1)
+#   pcie.0 - rp0 - switch upstream - dn0 (dev 0): NVMe "p2pnvme-sw" (CMB 16 MiB)
+#                                  - dn1 (dev 1): ivshmem-plain 64 MiB (GPU 0, $shm-gpu0)
+#                                  - dn2 (dev 2): ivshmem-plain 64 MiB (GPU 1, $shm-gpu1)
 #          - rp1 - NVMe "p2pnvme-rp" (own root port: not P2P-reachable)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,7 +37,13 @@ for line in sys.stdin:
 run=$(mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX" 2>/dev/null ||
 	{ mkdir -p "$P2P_CACHE/runs" && mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX"; })
 shm_prefix="/dev/shm/p2pdirect-$(basename "$run")"
-cleanup() { rm -f "$shm_prefix"-gpu*; }
+# The GPUs' memory is kept in the run dir after the VM stops, for the host checks.
+cleanup() {
+	for g in "$shm_prefix"-gpu*; do
+		[ -f "$g" ] && mv "$g" "$run/${g##*-}.mem"
+	done
+	rm -f "$shm_prefix"-gpu*
+}
 trap cleanup EXIT
 
 # --- initramfs ---------------------------------------------------------------
@@ -47,7 +53,7 @@ cp /bin/busybox "$root/bin/busybox"
 cp "$here/guest/init" "$root/init"
 cp "$here/guest/guest-lib.sh" "$root/tests/"
 cp "$repo/p2pdirect.ko" "$root/"
-cp "$repo/userspace-test/c/p2pdirect_test" "$root/tests/"
+cp "$repo/userspace-test/c/p2pdirect_test" "$repo/userspace-test/c/devmem_test" "$root/tests/"
 cp "$repo/userspace-test/rust/target/release/p2pd" "$root/tests/"
 for t in $rust_tests; do
 	cp "$t" "$root/tests/rust-$(basename "$t" | sed 's/-[0-9a-f]*$//')"
@@ -100,9 +106,9 @@ qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
 	-serial "file:$run/console.log" -serial "file:$run/tap.log"
 	-device pcie-root-port,id=rp0,bus=pcie.0,chassis=1
 	-device x3130-upstream,id=up0,bus=rp0
-	-device xio3130-downstream,id=dn0,bus=up0,chassis=2,slot=0
-	-device xio3130-downstream,id=dn1,bus=up0,chassis=3,slot=1
-	-device xio3130-downstream,id=dn2,bus=up0,chassis=4,slot=2
+	-device xio3130-downstream,id=dn0,bus=up0,chassis=2,slot=0,addr=0x0
+	-device xio3130-downstream,id=dn1,bus=up0,chassis=3,slot=1,addr=0x1
+	-device xio3130-downstream,id=dn2,bus=up0,chassis=4,slot=2,addr=0x2
 	-drive "file=$run/nvme-sw.img,if=none,id=nvmsw,format=raw"
 	-device nvme,serial=p2pnvme-sw,drive=nvmsw,bus=dn0,cmb_size_mb=16
 	-object "memory-backend-file,id=gpumem0,size=64M,share=on,mem-path=$shm_prefix-gpu0"

@@ -5,10 +5,17 @@
 //! The node is created by devtmpfs with mode 0600 (root only), the misc core's
 //! default; administrators widen it with a udev rule, never the module.
 
+use crate::{
+    devmem::{AllocInfo, Allocation},
+    ffi::{self, FileMapping},
+};
 use kernel::{
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
+    mm::virt::VmaNew,
+    new_mutex,
     prelude::*,
+    sync::Mutex,
 };
 
 /// The registration the crate root holds.
@@ -19,21 +26,110 @@ pub(crate) fn register() -> impl PinInit<Registration, Error> {
     MiscDeviceRegistration::register(MiscDeviceOptions { name: c"p2pdirect" })
 }
 
-/// State of one open file description of `/dev/p2pdirect`.
-///
-/// Later rooms hang their per-file objects (allocations, registrations) here,
-/// so that close or process exit releases them.
-pub(crate) struct OpenFile;
+/// State of one open file description of `/dev/p2pdirect`: what it owns is
+/// released when it closes (or its process exits).
+#[pin_data]
+pub(crate) struct OpenFile {
+    /// Device-memory allocations of this file (lock order: see devmem).
+    #[pin]
+    allocs: Mutex<KVec<Allocation>>,
+}
+
+impl OpenFile {
+    /// P2PDIRECT_IOC_ALLOC.
+    pub(crate) fn alloc(
+        &self,
+        file: &File,
+        provider: u32,
+        size: u64,
+        align: u64,
+    ) -> Result<AllocInfo> {
+        let provider = crate::devmem::provider(provider).ok_or(ENODEV)?;
+        let mut allocs = self.allocs.lock();
+        allocs.reserve(1, GFP_KERNEL)?;
+        let (alloc, info) = Allocation::new(provider, size, align, FileMapping::of(file)?)?;
+        allocs.push_within_capacity(alloc).map_err(|_| ENOMEM)?;
+        Ok(info)
+    }
+
+    /// P2PDIRECT_IOC_FREE.
+    pub(crate) fn free(&self, handle: u64) -> Result {
+        let mut allocs = self.allocs.lock();
+        let i = allocs
+            .iter()
+            .position(|a| a.handle == handle)
+            .ok_or(ENOENT)?;
+        allocs[i].try_free()?;
+        allocs.remove(i).map_err(|_| ENOENT)?;
+        Ok(())
+    }
+}
 
 #[vtable]
 impl MiscDevice for OpenFile {
-    type Ptr = KBox<Self>;
+    type Ptr = Pin<KBox<Self>>;
 
-    fn open(_file: &File, _misc: &Registration) -> Result<KBox<Self>> {
-        KBox::new(OpenFile, GFP_KERNEL).map_err(Into::into)
+    fn open(_file: &File, _misc: &Registration) -> Result<Pin<KBox<Self>>> {
+        KBox::try_pin_init(
+            try_pin_init!(OpenFile {
+                allocs <- new_mutex!(KVec::new()),
+            }),
+            GFP_KERNEL,
+        )
     }
 
-    fn ioctl(_me: &OpenFile, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
-        crate::ioctl::dispatch(cmd, arg)
+    fn release(me: Pin<KBox<Self>>, _file: &File) {
+        for a in me.allocs.lock().iter() {
+            a.free_at_close();
+        }
+    }
+
+    /// Maps one allocation, named by the `mmap_offset` ALLOC returned, whole.
+    fn mmap(me: Pin<&OpenFile>, _file: &File, vma: &VmaNew) -> Result {
+        if !ffi::vma_may_share(vma) {
+            if ffi::ratelimit() {
+                pr_info!("mmap refused: device memory needs MAP_SHARED\n");
+            }
+            return Err(EINVAL);
+        }
+        if vma.executable() {
+            if ffi::ratelimit() {
+                pr_info!("mmap refused: device memory is never executable\n");
+            }
+            return Err(EPERM);
+        }
+        vma.try_clear_mayexec()?;
+        let offset = ffi::vma_offset(vma);
+        let len = (vma.end() - vma.start()) as u64;
+        let allocs = me.allocs.lock();
+        let Some(a) = allocs.iter().find(|a| a.mmap_offset() == offset) else {
+            if ffi::ratelimit() {
+                pr_info!(
+                    "mmap refused: offset {:#x} is no allocation of this file\n",
+                    offset
+                );
+            }
+            return Err(EINVAL);
+        };
+        if len != a.size {
+            if ffi::ratelimit() {
+                pr_info!(
+                    "mmap refused: length {:#x}, allocation {} is {:#x} bytes\n",
+                    len,
+                    a.handle,
+                    a.size
+                );
+            }
+            return Err(EINVAL);
+        }
+        // Not inherited by fork, never grown by mremap, not in core dumps.
+        vma.set_dontcopy();
+        vma.set_dontexpand();
+        vma.set_dontdump();
+        a.map(vma)
+    }
+
+    fn ioctl(me: Pin<&OpenFile>, file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        crate::ioctl::dispatch(&me, file, cmd, arg)
     }
 }

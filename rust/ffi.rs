@@ -9,24 +9,86 @@
 
 pub(crate) mod uapi;
 
+use core::ptr::NonNull;
 use kernel::{
+    bindings,
+    fs::File,
+    mm::virt::VmaNew,
+    page::PAGE_SIZE,
+    pci,
     prelude::*,
-    transmute::AsBytes,
+    sync::Arc,
+    transmute::{AsBytes, FromBytes},
     uaccess::{UserPtr, UserSlice},
 };
 
+// The shim takes pointers to C structs that bindgen renders with opaque
+// members (`pci_dev` embeds one); only the pointers cross, never the layout.
+#[allow(improper_ctypes)]
 mod shim {
+    use kernel::bindings::{address_space, file, pci_dev, vm_area_struct};
+    use kernel::ffi::{c_int, c_void};
+
     extern "C" {
-        /// `__ratelimit()` on the module's own ratelimit state (ffi/shim.c).
         pub(super) fn p2pdirect_ratelimit() -> bool;
+        pub(super) fn p2pdirect_p2pdma_add_bar(pdev: *mut pci_dev, bar: c_int) -> c_int;
+        pub(super) fn p2pdirect_p2pmem_alloc(pdev: *mut pci_dev, size: usize) -> *mut c_void;
+        pub(super) fn p2pdirect_p2pmem_free(pdev: *mut pci_dev, addr: *mut c_void, size: usize);
+        pub(super) fn p2pdirect_p2pmem_bus_addr(pdev: *mut pci_dev, addr: *mut c_void) -> u64;
+        pub(super) fn p2pdirect_p2pdma_distance(
+            provider: *mut pci_dev,
+            client: *mut pci_dev,
+        ) -> c_int;
+        pub(super) fn p2pdirect_pci_addr(pdev: *mut pci_dev) -> u32;
+        pub(super) fn p2pdirect_bar_is_mem(pdev: *mut pci_dev, bar: c_int) -> bool;
+        pub(super) fn p2pdirect_next_nvme(prev: *mut pci_dev) -> *mut pci_dev;
+        pub(super) fn p2pdirect_pci_dev_put(pdev: *mut pci_dev);
+        pub(super) fn p2pdirect_pci_dev_get(pdev: *mut pci_dev) -> *mut pci_dev;
+        pub(super) fn p2pdirect_pages_hold(kaddr: *mut c_void, len: usize);
+        pub(super) fn p2pdirect_pages_idle(kaddr: *mut c_void, len: usize) -> bool;
+        pub(super) fn p2pdirect_pages_release(kaddr: *mut c_void, len: usize);
+        pub(super) fn p2pdirect_vm_insert(
+            vma: *mut vm_area_struct,
+            kaddr: *mut c_void,
+            len: usize,
+        ) -> c_int;
+        pub(super) fn p2pdirect_file_mapping(file: *mut file) -> *mut address_space;
+        pub(super) fn p2pdirect_unmap_mapping(mapping: *mut address_space, off: i64, len: i64);
+        pub(super) fn p2pdirect_vma_pgoff(vma: *mut vm_area_struct) -> kernel::ffi::c_ulong;
+        pub(super) fn p2pdirect_msleep(ms: kernel::ffi::c_uint);
+        pub(super) fn p2pdirect_vma_may_share(vma: *mut vm_area_struct) -> bool;
     }
+}
+
+kernel::sync::global_lock! {
+    // SAFETY: `init_globals` initialises it first thing in module init, before
+    // the PCI driver or the misc device that use it are registered.
+    pub(crate) unsafe(uninit) static PROVIDERS: Mutex<KVec<Arc<crate::devmem::Provider>>> = KVec::new();
+}
+
+/// Initialises the module's global state. Call once, first in module init.
+pub(crate) fn init_globals() {
+    // SAFETY: called exactly once, from module init, before any user of `PROVIDERS`.
+    unsafe { PROVIDERS.init() };
+}
+
+/// The registry of device-memory providers (see devmem's lock order).
+pub(crate) fn providers() -> kernel::sync::GlobalGuard<PROVIDERS> {
+    PROVIDERS.lock()
 }
 
 /// Whether a rate-limited message may be printed now (10 per 5 s).
 pub(crate) fn ratelimit() -> bool {
-    // SAFETY: `p2pdirect_ratelimit` takes no arguments and only touches the
-    // shim's static ratelimit state, which `__ratelimit` locks itself.
+    // SAFETY: takes no arguments and only touches the shim's static
+    // ratelimit state, which `__ratelimit` locks itself.
     unsafe { shim::p2pdirect_ratelimit() }
+}
+
+/// Reads a UAPI struct from the user address `arg`; `EFAULT` if unreadable.
+pub(crate) fn copy_from_user<T: FromBytes>(arg: usize) -> Result<T> {
+    UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>())
+        .reader()
+        .read()
 }
 
 /// Copies a UAPI struct to the user address `arg`; `EFAULT` if it is not
@@ -36,4 +98,255 @@ pub(crate) fn copy_to_user<T: AsBytes>(arg: usize, value: &T) -> Result {
     UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>())
         .writer()
         .write(value)
+}
+
+/// Copies a slice of UAPI structs to user memory at `arg`.
+pub(crate) fn copy_slice_to_user<T: AsBytes>(arg: usize, values: &[T]) -> Result {
+    let mut w = UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of_val(values)).writer();
+    for v in values {
+        w.write(v)?;
+    }
+    Ok(())
+}
+
+fn raw_pci<Ctx: kernel::device::DeviceContext>(dev: &pci::Device<Ctx>) -> *mut bindings::pci_dev {
+    // `pci::Device` is `#[repr(transparent)]` over `Opaque<bindings::pci_dev>`,
+    // so a reference to it points at the `struct pci_dev` itself.
+    core::ptr::from_ref(dev).cast_mut().cast()
+}
+
+/// A counted reference to a PCI function, kept by the C side's refcount.
+///
+/// # Invariants
+///
+/// `0` points to a valid `struct pci_dev` on which this value owns one reference.
+pub(crate) struct PciFunction(NonNull<bindings::pci_dev>);
+
+// SAFETY: a `struct pci_dev` reference may be taken and dropped on any thread.
+unsafe impl Send for PciFunction {}
+// SAFETY: the methods only read immutable identity or call thread-safe C.
+unsafe impl Sync for PciFunction {}
+
+impl PciFunction {
+    /// Takes a reference on a bound PCI device.
+    pub(crate) fn from_pci<Ctx: kernel::device::DeviceContext>(dev: &pci::Device<Ctx>) -> Self {
+        // SAFETY: `dev` is a valid pci_dev for the duration of the call.
+        let raw = unsafe { shim::p2pdirect_pci_dev_get(raw_pci(dev)) };
+        // INVARIANT: pci_dev_get returned its argument, non-null, with a new reference.
+        Self(NonNull::new(raw).expect("pci_dev_get of a valid device returns it"))
+    }
+
+    /// The function's address, as `P2PDIRECT_PCI_ADDR()` encodes it.
+    pub(crate) fn addr(&self) -> u32 {
+        // SAFETY: by the type invariant, the pci_dev is valid.
+        unsafe { shim::p2pdirect_pci_addr(self.0.as_ptr()) }
+    }
+
+    /// The kernel's P2PDMA distance from this provider to `client`, or
+    /// `None` when they cannot reach each other.
+    pub(crate) fn p2p_distance(&self, client: &PciFunction) -> Option<u32> {
+        // SAFETY: both pci_devs are valid by the type invariant.
+        let d = unsafe { shim::p2pdirect_p2pdma_distance(self.0.as_ptr(), client.0.as_ptr()) };
+        u32::try_from(d).ok()
+    }
+
+    /// Every NVMe controller present now.
+    pub(crate) fn nvme_controllers() -> Result<KVec<PciFunction>> {
+        let mut out = KVec::new();
+        let mut cur: *mut bindings::pci_dev = core::ptr::null_mut();
+        loop {
+            // SAFETY: `cur` is null or a device returned by the previous call,
+            // whose reference this call consumes.
+            cur = unsafe { shim::p2pdirect_next_nvme(cur) };
+            let Some(dev) = NonNull::new(cur) else { break };
+            // SAFETY: `dev` is valid; this takes the reference the list keeps.
+            unsafe { shim::p2pdirect_pci_dev_get(dev.as_ptr()) };
+            // INVARIANT: we own the reference taken just above.
+            if let Err(e) = out.push(PciFunction(dev), GFP_KERNEL) {
+                // SAFETY: drops the iteration's reference to end the walk.
+                unsafe { shim::p2pdirect_pci_dev_put(dev.as_ptr()) };
+                return Err(e.into());
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for PciFunction {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we own one reference.
+        unsafe { shim::p2pdirect_pci_dev_put(self.0.as_ptr()) };
+    }
+}
+
+/// Whether BAR `bar` of `dev` is a memory BAR.
+pub(crate) fn bar_is_mem(dev: &pci::Device<kernel::device::Core<'_>>, bar: u32) -> bool {
+    let Ok(bar) = i32::try_from(bar) else {
+        return false;
+    };
+    // SAFETY: `dev` is a valid, bound pci_dev.
+    unsafe { shim::p2pdirect_bar_is_mem(raw_pci(dev), bar) }
+}
+
+/// Registers all of BAR `bar` of `dev` as P2PDMA memory (device-managed: the
+/// kernel removes it when the driver unbinds).
+pub(crate) fn p2pdma_add_bar(dev: &pci::Device<kernel::device::Core<'_>>, bar: u32) -> Result {
+    let bar = i32::try_from(bar).map_err(|_| EINVAL)?;
+    // SAFETY: `dev` is bound to our driver (Core context), as devm requires.
+    kernel::error::to_result(unsafe { shim::p2pdirect_p2pdma_add_bar(raw_pci(dev), bar) })
+}
+
+/// All of a provider's P2PDMA memory, taken from its pool at once; p2pdirect
+/// carves allocations out of it.
+///
+/// # Invariants
+///
+/// `kaddr..kaddr + size` was returned by `pci_alloc_p2pmem(pdev, size)` and is
+/// freed only by `Drop`; `size` is a multiple of `PAGE_SIZE`. The page
+/// references taken by [`Self::hold`] are cleared before `Drop` (the owner,
+/// devmem, releases every range it holds first).
+pub(crate) struct P2pMem {
+    pdev: PciFunction,
+    kaddr: NonNull<u8>,
+    size: usize,
+}
+
+// SAFETY: the memory is device memory addressed by kernel virtual address; the
+// methods take explicit ranges and the owner serialises them under its lock.
+unsafe impl Send for P2pMem {}
+// SAFETY: as above.
+unsafe impl Sync for P2pMem {}
+
+impl P2pMem {
+    /// Takes `size` bytes (whole pages) from the P2PDMA pool of `dev`.
+    pub(crate) fn alloc(dev: &pci::Device<kernel::device::Core<'_>>, size: usize) -> Result<Self> {
+        if size == 0 || size % PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        let pdev = PciFunction::from_pci(dev);
+        // SAFETY: `pdev` is valid; a null return means no memory.
+        let raw = unsafe { shim::p2pdirect_p2pmem_alloc(pdev.0.as_ptr(), size) };
+        let kaddr = NonNull::new(raw.cast::<u8>()).ok_or(ENOMEM)?;
+        // INVARIANT: just allocated from the pool with this size.
+        Ok(Self { pdev, kaddr, size })
+    }
+
+    fn range(&self, off: usize, len: usize) -> Result<*mut kernel::ffi::c_void> {
+        let end = off.checked_add(len).ok_or(EINVAL)?;
+        if end > self.size || off % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: `off` is within the allocation (checked above).
+        Ok(unsafe { self.kaddr.as_ptr().add(off) }.cast())
+    }
+
+    /// Bytes of device memory held.
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    /// PCI bus address of byte `off`.
+    pub(crate) fn bus_addr(&self, off: usize) -> u64 {
+        let Ok(p) = self.range(off - off % PAGE_SIZE, 0) else {
+            return 0;
+        };
+        // SAFETY: `p` lies in memory allocated from this device's pool.
+        let page_bus = unsafe { shim::p2pdirect_p2pmem_bus_addr(self.pdev.0.as_ptr(), p) };
+        page_bus + (off % PAGE_SIZE) as u64
+    }
+
+    /// Takes p2pdirect's reference on the pages of a new allocation.
+    pub(crate) fn hold(&self, off: usize, len: usize) -> Result {
+        let p = self.range(off, len)?;
+        // SAFETY: the range is ours and, being newly carved, unreferenced.
+        unsafe { shim::p2pdirect_pages_hold(p, len) };
+        Ok(())
+    }
+
+    /// Drops p2pdirect's reference on an allocation's pages if nothing else
+    /// (a mapping, a pin) references them; `EBUSY` otherwise.
+    pub(crate) fn try_release(&self, off: usize, len: usize) -> Result {
+        let p = self.range(off, len)?;
+        // SAFETY: the range was passed to `hold` and is not yet released; the
+        // owner's lock keeps new mappings of it out while we look.
+        if !unsafe { shim::p2pdirect_pages_idle(p, len) } {
+            return Err(EBUSY);
+        }
+        // SAFETY: as above, and every page holds only our reference.
+        unsafe { shim::p2pdirect_pages_release(p, len) };
+        Ok(())
+    }
+
+    /// Maps `len` bytes at `off` into the whole of `vma`.
+    pub(crate) fn map_into(&self, vma: &VmaNew, off: usize, len: usize) -> Result {
+        let p = self.range(off, len)?;
+        vma.set_mixedmap();
+        // SAFETY: `vma` is being set up by mmap (mmap lock held for write),
+        // the range holds our page references, so the pages stay allocated.
+        kernel::error::to_result(unsafe { shim::p2pdirect_vm_insert(vma.as_ptr(), p, len) })
+    }
+}
+
+impl Drop for P2pMem {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant this is the allocation's one free, with
+        // the size it was allocated with, and no page reference remains.
+        unsafe {
+            shim::p2pdirect_p2pmem_free(self.pdev.0.as_ptr(), self.kaddr.as_ptr().cast(), self.size)
+        };
+    }
+}
+
+/// The address space that user mappings of an open `/dev/p2pdirect` live in.
+///
+/// # Invariants
+///
+/// `0` is the `f_mapping` of an open file of `/dev/p2pdirect`. Holders keep
+/// it only while that file is open: it is stored in allocations, which the
+/// file frees before it goes (and the inode, owner of the mapping, with it).
+pub(crate) struct FileMapping(NonNull<bindings::address_space>);
+
+// SAFETY: an address space may be used from any thread.
+unsafe impl Send for FileMapping {}
+// SAFETY: `zap` only calls `unmap_mapping_range`, which locks the mapping itself.
+unsafe impl Sync for FileMapping {}
+
+impl FileMapping {
+    pub(crate) fn of(file: &File) -> Result<Self> {
+        // SAFETY: `file` is a valid open file.
+        let m = unsafe { shim::p2pdirect_file_mapping(file.as_ptr()) };
+        // INVARIANT: the mapping of an open file (see the type's rule for holders).
+        NonNull::new(m).map(Self).ok_or(EINVAL)
+    }
+
+    /// Removes every user mapping of bytes `off..off + len`; a later access
+    /// faults and gets SIGBUS.
+    pub(crate) fn zap(&self, off: u64, len: u64) {
+        let (Ok(off), Ok(len)) = (i64::try_from(off), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: the mapping is valid by the type invariant.
+        unsafe { shim::p2pdirect_unmap_mapping(self.0.as_ptr(), off, len) };
+    }
+}
+
+/// The file offset (in bytes) that `vma` maps.
+pub(crate) fn vma_offset(vma: &VmaNew) -> u64 {
+    // SAFETY: `vma` is a valid VMA under setup.
+    let pgoff = unsafe { shim::p2pdirect_vma_pgoff(vma.as_ptr()) };
+    (pgoff as u64) << kernel::page::PAGE_SHIFT
+}
+
+/// Whether `vma` is a shared mapping (`MAP_SHARED`: `VM_MAYSHARE`).
+///
+/// Not `kernel::mm::virt::flags::MAYSHARE`: Linux 7.2 binds that to `VM_MAYEXEC`.
+pub(crate) fn vma_may_share(vma: &VmaNew) -> bool {
+    // SAFETY: `vma` is a valid VMA under setup; reading its flags is fine.
+    unsafe { shim::p2pdirect_vma_may_share(vma.as_ptr()) }
+}
+
+/// Sleeps for `ms` milliseconds.
+pub(crate) fn msleep(ms: u32) {
+    // SAFETY: plain sleep; callers run in process context.
+    unsafe { shim::p2pdirect_msleep(ms) };
 }

@@ -6,25 +6,104 @@
 //! number refuses a caller built against another layout with `ENOTTY` before
 //! any byte of its argument is read.
 
-use crate::ffi::{self, uapi};
-use kernel::{ioctl, prelude::*};
+use crate::{
+    chardev::OpenFile,
+    ffi::{self, uapi},
+};
+use kernel::{fs::File, ioctl, prelude::*};
 
-/// The command numbers the header defines must be exactly what `_IOWR` with the
-/// (bindgen-checked) argument struct gives: direction and size agree with C.
-const _: () = assert!(
-    uapi::P2PDIRECT_IOC_GET_VERSION
-        == ioctl::_IOWR::<uapi::p2pdirect_version>(
-            uapi::P2PDIRECT_IOCTL_MAGIC as u32,
-            uapi::P2PDIRECT_IOCTL_BASE
-        )
-);
+/// The command number `_IOWR(magic, base + nr, T)`.
+const fn iowr<T>(nr: u32) -> u32 {
+    ioctl::_IOWR::<T>(
+        uapi::P2PDIRECT_IOCTL_MAGIC as u32,
+        uapi::P2PDIRECT_IOCTL_BASE + nr,
+    )
+}
+
+// The command numbers the header defines must be exactly what `_IOWR` with the
+// (bindgen-checked) argument struct gives: direction and size agree with C.
+const _: () = assert!(uapi::P2PDIRECT_IOC_GET_VERSION == iowr::<uapi::p2pdirect_version>(0));
+const _: () =
+    assert!(uapi::P2PDIRECT_IOC_LIST_PROVIDERS == iowr::<uapi::p2pdirect_list_providers>(1));
+const _: () = assert!(uapi::P2PDIRECT_IOC_ALLOC == iowr::<uapi::p2pdirect_alloc>(2));
+const _: () = assert!(uapi::P2PDIRECT_IOC_FREE == iowr::<uapi::p2pdirect_free>(3));
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
-pub(crate) fn dispatch(cmd: u32, arg: usize) -> Result<isize> {
+pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
     match cmd {
         uapi::P2PDIRECT_IOC_GET_VERSION => get_version(arg),
+        uapi::P2PDIRECT_IOC_LIST_PROVIDERS => list_providers(arg),
+        uapi::P2PDIRECT_IOC_ALLOC => alloc(me, file, arg),
+        uapi::P2PDIRECT_IOC_FREE => free(me, arg),
         _ => Err(unknown(cmd)),
     }
+}
+
+fn list_providers(arg: usize) -> Result<isize> {
+    let mut req: uapi::p2pdirect_list_providers = ffi::copy_from_user(arg)?;
+    let providers = crate::devmem::providers()?;
+    let nvmes = ffi::PciFunction::nvme_controllers()?;
+    let room = (req.capacity as usize).min(providers.len());
+    let mut out = KVec::with_capacity(room, GFP_KERNEL)?;
+    for p in providers.iter().take(room) {
+        let usage = p.usage();
+        let mut info = uapi::p2pdirect_provider_info {
+            index: p.index,
+            kind: uapi::P2PDIRECT_PROVIDER_BAR,
+            pci_addr: p.pdev.addr(),
+            bar: p.bar,
+            bar_size: p.bar_size,
+            bus_addr: p.bus_addr,
+            bytes_total: usage.total,
+            bytes_free: usage.total.saturating_sub(usage.used),
+            bytes_used: usage.used,
+            num_clients: 0,
+            pad: 0,
+            clients: [uapi::p2pdirect_client_info {
+                pci_addr: 0,
+                distance: 0,
+            }; uapi::P2PDIRECT_MAX_CLIENTS as usize],
+        };
+        for (slot, nvme) in info.clients.iter_mut().zip(nvmes.iter()) {
+            slot.pci_addr = nvme.addr();
+            slot.distance = p
+                .pdev
+                .p2p_distance(nvme)
+                .and_then(|d| i32::try_from(d).ok())
+                .unwrap_or(-1);
+            info.num_clients += 1;
+        }
+        out.push(info, GFP_KERNEL)?;
+    }
+    ffi::copy_slice_to_user(req.entries as usize, &out)?;
+    req.count = u32::try_from(providers.len()).map_err(|_| EOVERFLOW)?;
+    ffi::copy_to_user(arg, &req)?;
+    Ok(0)
+}
+
+fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
+    let mut req: uapi::p2pdirect_alloc = ffi::copy_from_user(arg)?;
+    if req.flags != 0 {
+        return Err(EINVAL);
+    }
+    let info = me.alloc(file, req.provider, req.size, req.alignment)?;
+    req.size = info.size;
+    req.handle = info.handle;
+    req.mmap_offset = info.mmap_offset;
+    req.bus_addr = info.bus_addr;
+    req.provider_offset = info.provider_offset;
+    if let Err(e) = ffi::copy_to_user(arg, &req) {
+        // The caller cannot learn the handle: undo rather than leak until close.
+        let _ = me.free(info.handle);
+        return Err(e);
+    }
+    Ok(0)
+}
+
+fn free(me: &OpenFile, arg: usize) -> Result<isize> {
+    let req: uapi::p2pdirect_free = ffi::copy_from_user(arg)?;
+    me.free(req.handle)?;
+    Ok(0)
 }
 
 /// Says, rate-limited, why a command was refused, so a caller built against

@@ -6,11 +6,14 @@
 //! Crate root: module lines, the module struct and its initializer. Field
 //! order of [`P2pDirect`] is the setup order; teardown is the reverse (Drop).
 
+mod bar_driver;
 mod chardev;
+mod devmem;
 mod ffi;
 mod ioctl;
+mod range_alloc;
 
-use kernel::prelude::*;
+use kernel::{driver, pci, prelude::*};
 
 module! {
     type: P2pDirect,
@@ -25,13 +28,17 @@ pub(crate) const MODULE_VERSION: &str = "0.1.0";
 
 #[pin_data(PinnedDrop)]
 struct P2pDirect {
+    /// The PCI driver that turns device BARs into providers.
+    #[pin]
+    bar_driver: driver::Registration<pci::Adapter<bar_driver::BarDriver>>,
     /// `/dev/p2pdirect`: registered last, so every room it reaches is ready.
     #[pin]
     chardev: chardev::Registration,
 }
 
 impl kernel::InPlaceModule for P2pDirect {
-    fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
+    fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        ffi::init_globals();
         pr_info!(
             "version {} loading (ABI {}.{})\n",
             MODULE_VERSION,
@@ -39,6 +46,7 @@ impl kernel::InPlaceModule for P2pDirect {
             ffi::uapi::P2PDIRECT_ABI_MINOR
         );
         try_pin_init!(Self {
+            bar_driver <- driver::Registration::new(c"p2pdirect", module),
             chardev <- chardev::register(),
         })
     }

@@ -112,6 +112,8 @@ rust_suite() { "$1" --test-threads=1 2>&1 | libtest_tap; }
 run_checks() {
 	say "# suite: guest"
 	describe_pci | sed 's/^/# /' >"$out"
+	# Which downstream port each GPU hangs off: the host maps that to a backing file.
+	for g in $(gpus); do say "# GPUMAP ${g##*/} $(basename "$(dirname "$(readlink -f "$g")")")"; done
 	check "kernel is 7.2.x ($(uname -r))" kernel_72
 	for opt in RUST PCI_P2PDMA KASAN PROVE_LOCKING DEBUG_KMEMLEAK DEBUG_ATOMIC_SLEEP; do
 		check "kernel has CONFIG_$opt" config_has $opt
@@ -126,6 +128,7 @@ run_checks() {
 	say "# suite-exit: guest $fails"
 
 	run_suite c-abi /tests/p2pdirect_test
+	run_suite c-devmem /tests/devmem_test
 	for t in /tests/rust-*; do
 		run_suite "${t##*/}" rust_suite "$t"
 	done

@@ -10,9 +10,36 @@
 
 include!("uapi_generated.rs");
 
-// SAFETY: `p2pdirect_version` is `#[repr(C)]` of `u32`s and a `c_char` array:
-// every bit pattern is a valid value, and there is no padding (size 40 =
-// 4 + 4 + 32, checked by bindgen's layout assert), so all bytes are initialised.
-unsafe impl kernel::transmute::FromBytes for p2pdirect_version {}
-// SAFETY: as above; no padding, no pointers, no interior mutability.
-unsafe impl kernel::transmute::AsBytes for p2pdirect_version {}
+/// Marks UAPI structs as plain bytes for `copy_from_user`/`copy_to_user`.
+macro_rules! uapi_pod {
+    ($($t:ty),* $(,)?) => {$(
+        // SAFETY: every UAPI struct is `#[repr(C)]` of fixed-width integers and
+        // arrays of them (the header allows no pointers, enums or bitfields), so
+        // every bit pattern is valid; explicit `pad` fields leave no implicit
+        // padding (sizes are checked against clang's by bindgen's asserts, and
+        // `no_padding` below), so all bytes are initialised.
+        unsafe impl kernel::transmute::FromBytes for $t {}
+        // SAFETY: as above.
+        unsafe impl kernel::transmute::AsBytes for $t {}
+    )*};
+}
+
+uapi_pod!(
+    p2pdirect_version,
+    p2pdirect_client_info,
+    p2pdirect_provider_info,
+    p2pdirect_list_providers,
+    p2pdirect_alloc,
+    p2pdirect_free,
+);
+
+// No implicit padding: each size is the sum of its fields.
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<p2pdirect_version>() == 4 + 4 + 32);
+    assert!(size_of::<p2pdirect_client_info>() == 4 + 4);
+    assert!(size_of::<p2pdirect_provider_info>() == 4 * 4 + 5 * 8 + 2 * 4 + 16 * 8);
+    assert!(size_of::<p2pdirect_list_providers>() == 8 + 4 + 4);
+    assert!(size_of::<p2pdirect_alloc>() == 4 + 4 + 6 * 8);
+    assert!(size_of::<p2pdirect_free>() == 8);
+};

@@ -18,8 +18,9 @@
  *           direction (a caller built against another version of this file);
  *  -EFAULT  the argument pointer is not readable/writable user memory;
  *  -EINVAL  a pad or reserved field is not zero.
- * Opening /dev/p2pdirect needs CAP_SYS_ADMIN (-EACCES otherwise) in addition
- * to the node's file mode (0600, root).
+ *
+ * /dev/p2pdirect is created with mode 0600 (root only); an ordinary user gets
+ * -EACCES at open unless an administrator widens the node (udev rule).
  */
 #ifndef _UAPI_LINUX_P2PDIRECT_H
 #define _UAPI_LINUX_P2PDIRECT_H
@@ -28,7 +29,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 0
+#define P2PDIRECT_ABI_MINOR 1
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -50,5 +51,115 @@ struct p2pdirect_version {
 
 #define P2PDIRECT_IOC_GET_VERSION \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 0, struct p2pdirect_version)
+
+/* A PCI function: domain << 16 | bus << 8 | devfn. */
+#define P2PDIRECT_PCI_ADDR(domain, bus, devfn) \
+	(((__u32)(domain) << 16) | ((__u32)(bus) << 8) | (__u32)(devfn))
+
+/* struct p2pdirect_provider_info.kind */
+#define P2PDIRECT_PROVIDER_BAR 1	/* a BAR p2pdirect registered itself */
+#define P2PDIRECT_PROVIDER_PUBLISHED 2	/* P2PDMA memory another driver published */
+
+/* Reachability entries per provider: at most this many NVMe controllers. */
+#define P2PDIRECT_MAX_CLIENTS 16
+
+/**
+ * struct p2pdirect_client_info - P2P reachability of one NVMe controller
+ * @pci_addr: the controller, P2PDIRECT_PCI_ADDR()
+ * @distance: the kernel's P2PDMA distance from the provider
+ *            (pci_p2pdma_distance); -1 when the two cannot reach each other
+ */
+struct p2pdirect_client_info {
+	__u32 pci_addr;
+	__s32 distance;
+};
+
+/**
+ * struct p2pdirect_provider_info - one device-memory provider
+ * @index: what P2PDIRECT_IOC_ALLOC's @provider names
+ * @kind: P2PDIRECT_PROVIDER_*
+ * @pci_addr: the providing PCI function, P2PDIRECT_PCI_ADDR()
+ * @bar: the BAR that holds the memory
+ * @bar_size: size of that BAR
+ * @bus_addr: PCI bus address of the first byte of the memory
+ * @bytes_total: memory p2pdirect can allocate from this provider
+ * @bytes_free: of which free now
+ * @bytes_used: of which allocated now (by any open file)
+ * @num_clients: valid entries in @clients
+ * @pad: zero
+ * @clients: reachability of every NVMe controller present
+ */
+struct p2pdirect_provider_info {
+	__u32 index;
+	__u32 kind;
+	__u32 pci_addr;
+	__u32 bar;
+	__u64 bar_size;
+	__u64 bus_addr;
+	__u64 bytes_total;
+	__u64 bytes_free;
+	__u64 bytes_used;
+	__u32 num_clients;
+	__u32 pad;
+	struct p2pdirect_client_info clients[P2PDIRECT_MAX_CLIENTS];
+};
+
+/**
+ * struct p2pdirect_list_providers - P2PDIRECT_IOC_LIST_PROVIDERS
+ * @entries: in, user pointer to @capacity struct p2pdirect_provider_info
+ * @capacity: in, entries room at @entries (0: only count them)
+ * @count: out, number of providers; entries beyond @capacity are not written
+ */
+struct p2pdirect_list_providers {
+	__u64 entries;
+	__u32 capacity;
+	__u32 count;
+};
+
+/**
+ * struct p2pdirect_alloc - P2PDIRECT_IOC_ALLOC
+ * @provider: in, struct p2pdirect_provider_info.index (-ENODEV if unknown)
+ * @flags: in, zero
+ * @size: in, bytes (> 0); out, rounded up to whole pages
+ * @alignment: in, 0 (page) or a power of two; alignment within the BAR
+ * @handle: out, names the allocation for FREE
+ * @mmap_offset: out, the offset to mmap() the allocation at (MAP_SHARED,
+ *               length == @size, no PROT_EXEC)
+ * @bus_addr: out, PCI bus address of the allocation's first byte
+ * @provider_offset: out, offset of the allocation within the provider's memory
+ *
+ * Errors: -EINVAL size 0, alignment not a power of two, flags set;
+ * -ENOMEM not enough free memory on the provider; -ENODEV unknown provider.
+ * The allocation belongs to the open file: close or exit frees it.
+ */
+struct p2pdirect_alloc {
+	__u32 provider;
+	__u32 flags;
+	__u64 size;
+	__u64 alignment;
+	__u64 handle;
+	__u64 mmap_offset;
+	__u64 bus_addr;
+	__u64 provider_offset;
+};
+
+/**
+ * struct p2pdirect_free - P2PDIRECT_IOC_FREE
+ * @handle: in, from P2PDIRECT_IOC_ALLOC on this open file
+ *
+ * Errors: -ENOENT no such allocation on this file (never allocated, already
+ * freed, or another file's); -EBUSY the memory is still mapped or pinned
+ * (munmap it first).
+ */
+struct p2pdirect_free {
+	__u64 handle;
+};
+
+#define P2PDIRECT_IOC_LIST_PROVIDERS \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 1, struct p2pdirect_list_providers)
+#define P2PDIRECT_IOC_ALLOC \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 2, struct p2pdirect_alloc)
+#define P2PDIRECT_IOC_FREE \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 3, struct p2pdirect_free)
 
 #endif /* _UAPI_LINUX_P2PDIRECT_H */

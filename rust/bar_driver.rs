@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! PCI driver that turns a device's memory BAR into a p2pdirect provider.
+//!
+//! It binds QEMU's ivshmem-plain (1af4:1110, memory in BAR 2), which plays the
+//! GPU in the test VM. Other devices whose BAR 2 is plain memory can be bound
+//! through `/sys/bus/pci/drivers/p2pdirect/new_id`.
+
+use crate::{
+    devmem::Provider,
+    ffi::{self, P2pMem, PciFunction},
+};
+use kernel::{device::Core, page::PAGE_SIZE, pci, prelude::*, sync::Arc};
+
+/// The BAR that holds the memory.
+const MEM_BAR: u32 = 2;
+/// Smaller BARs are not worth a provider.
+const MIN_BAR_SIZE: u64 = 1 << 20;
+
+pub(crate) struct BarDriver;
+
+/// Per-device state: the provider, unregistered when the device goes.
+pub(crate) struct BoundBar {
+    provider: Arc<Provider>,
+}
+
+impl Drop for BoundBar {
+    fn drop(&mut self) {
+        self.provider.unregister();
+    }
+}
+
+kernel::pci_device_table!(
+    PCI_TABLE,
+    MODULE_PCI_TABLE,
+    <BarDriver as pci::Driver>::IdInfo,
+    [(
+        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110),
+        ()
+    )]
+);
+
+/// Says why a BAR cannot be a provider.
+fn check_bar(pdev: &pci::Device<Core<'_>>) -> Result<u64> {
+    if !ffi::bar_is_mem(pdev, MEM_BAR) {
+        dev_err!(pdev, "BAR{} is not a memory BAR; not a provider\n", MEM_BAR);
+        return Err(ENODEV);
+    }
+    let start = pdev.resource_start(MEM_BAR)?;
+    let len = pdev.resource_len(MEM_BAR)?;
+    if len < MIN_BAR_SIZE {
+        dev_err!(
+            pdev,
+            "BAR{} is {} bytes, less than the {} a provider needs\n",
+            MEM_BAR,
+            len,
+            MIN_BAR_SIZE
+        );
+        return Err(ENODEV);
+    }
+    if start % PAGE_SIZE as u64 != 0 || len % PAGE_SIZE as u64 != 0 {
+        dev_err!(
+            pdev,
+            "BAR{} at {:#x}+{:#x} is not page aligned; not a provider\n",
+            MEM_BAR,
+            start,
+            len
+        );
+        return Err(ENODEV);
+    }
+    Ok(len)
+}
+
+impl pci::Driver for BarDriver {
+    type IdInfo = ();
+    type Data<'bound> = BoundBar;
+    const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
+
+    fn probe<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        _info: &'bound Self::IdInfo,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        let result = (|| {
+            let len = check_bar(pdev)?;
+            pdev.enable_device_mem()?;
+            ffi::p2pdma_add_bar(pdev, MEM_BAR)?;
+            let size = usize::try_from(len).map_err(|_| EINVAL)?;
+            let mem = P2pMem::alloc(pdev, size)?;
+            let provider = Provider::register(PciFunction::from_pci(pdev), MEM_BAR, mem)?;
+            dev_info!(
+                pdev,
+                "provider {}: BAR{} {} MiB at bus address {:#x}\n",
+                provider.index,
+                MEM_BAR,
+                len >> 20,
+                provider.bus_addr
+            );
+            Ok(BoundBar { provider })
+        })();
+        if let Err(e) = &result {
+            dev_err!(pdev, "not registered as a provider ({:?})\n", e);
+        }
+        result
+    }
+}

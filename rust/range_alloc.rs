@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! First-fit allocator of aligned ranges within `[0, size)`: the bookkeeping
+//! of a provider's device memory. Pure logic; no locking (the owner locks).
+
+use kernel::prelude::*;
+
+/// One allocated range and what its owner keeps with it.
+pub(crate) struct Range<T> {
+    pub(crate) start: u64,
+    pub(crate) len: u64,
+    pub(crate) tag: T,
+}
+
+/// # Invariants
+///
+/// `used` is sorted by `start`, its ranges do not overlap, each lies within
+/// `[0, size)` and has `len > 0`.
+pub(crate) struct RangeAllocator<T> {
+    size: u64,
+    used: KVec<Range<T>>,
+}
+
+impl<T> RangeAllocator<T> {
+    pub(crate) fn new(size: u64) -> Self {
+        // INVARIANT: no ranges yet.
+        Self {
+            size,
+            used: KVec::new(),
+        }
+    }
+
+    /// Total bytes managed.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Bytes allocated now.
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.used.iter().map(|r| r.len).sum()
+    }
+
+    /// The allocated ranges, by start.
+    pub(crate) fn ranges(&self) -> &[Range<T>] {
+        &self.used
+    }
+
+    /// Allocates `len` bytes aligned to `align` (a power of two): the lowest
+    /// fitting address. `EINVAL` for a zero length or a bad alignment,
+    /// `ENOMEM` when no gap is large enough.
+    pub(crate) fn alloc(&mut self, len: u64, align: u64, tag: T) -> Result<u64> {
+        if len == 0 || !align.is_power_of_two() {
+            return Err(EINVAL);
+        }
+        let mut cursor = 0u64;
+        let mut slot = self.used.len();
+        for (i, r) in self.used.iter().enumerate() {
+            let start = cursor.checked_next_multiple_of(align).ok_or(ENOMEM)?;
+            if start.checked_add(len).is_some_and(|end| end <= r.start) {
+                slot = i;
+                cursor = start;
+                break;
+            }
+            cursor = r.start + r.len;
+        }
+        if slot == self.used.len() {
+            cursor = cursor.checked_next_multiple_of(align).ok_or(ENOMEM)?;
+            if cursor.checked_add(len).is_none_or(|end| end > self.size) {
+                return Err(ENOMEM);
+            }
+        }
+        self.used.reserve(1, GFP_KERNEL)?;
+        // INVARIANT: `[cursor, cursor + len)` lies in the gap before `slot`
+        // (or after the last range, within `size`), so order and disjointness hold.
+        self.used
+            .insert_within_capacity(
+                slot,
+                Range {
+                    start: cursor,
+                    len,
+                    tag,
+                },
+            )
+            .map_err(|_| ENOMEM)?;
+        Ok(cursor)
+    }
+
+    /// Frees the range that starts at `start`; `ENOENT` if there is none.
+    pub(crate) fn free(&mut self, start: u64) -> Result<Range<T>> {
+        let i = self
+            .used
+            .iter()
+            .position(|r| r.start == start)
+            .ok_or(ENOENT)?;
+        self.used.remove(i).map_err(|_| ENOENT)
+    }
+
+    /// Removes every range (the memory went away).
+    pub(crate) fn clear(&mut self) {
+        self.used.clear();
+    }
+}

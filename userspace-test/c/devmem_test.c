@@ -1,0 +1,518 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Device-memory tests of /dev/p2pdirect (kselftest harness, TAP on stdout):
+ * providers, ALLOC/FREE, mmap of device memory, lifetime, bad input.
+ *
+ * Lines "# HOSTCHECK gpu=BDF off=N len=N seed=N guard=N" tell the host what
+ * the test wrote where: after the VM powers off, the host finds the pattern at
+ * that offset of the emulated GPU's backing file and zeros in the guard bytes
+ * on both sides (ci/hostcheck.py).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <linux/p2pdirect.h>
+
+#include "kselftest_harness.h"
+
+#define DEV_PATH "/dev/p2pdirect"
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+
+static int list(int fd, struct p2pdirect_provider_info *p, unsigned int cap)
+{
+	struct p2pdirect_list_providers req = {
+		.entries = (uintptr_t)p, .capacity = cap,
+	};
+
+	if (ioctl(fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req))
+		return -errno;
+	return req.count;
+}
+
+static int do_alloc(int fd, __u32 provider, __u64 size, __u64 align, struct p2pdirect_alloc *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->provider = provider;
+	a->size = size;
+	a->alignment = align;
+	return ioctl(fd, P2PDIRECT_IOC_ALLOC, a) ? -errno : 0;
+}
+
+static int do_free(int fd, __u64 handle)
+{
+	struct p2pdirect_free f = { .handle = handle };
+
+	return ioctl(fd, P2PDIRECT_IOC_FREE, &f) ? -errno : 0;
+}
+
+static void *map(int fd, struct p2pdirect_alloc *a)
+{
+	return mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, a->mmap_offset);
+}
+
+static void pci_name(__u32 addr, char *buf, size_t len)
+{
+	snprintf(buf, len, "%04x:%02x:%02x.%u", addr >> 16, (addr >> 8) & 0xff,
+		 (addr >> 3) & 0x1f, addr & 7);
+}
+
+/* The serial number of the NVMe controller at a PCI address, or "". */
+static void nvme_serial(__u32 addr, char *buf, size_t len)
+{
+	char name[32], pattern[128];
+	glob_t g;
+	FILE *f;
+
+	buf[0] = 0;
+	pci_name(addr, name, sizeof(name));
+	snprintf(pattern, sizeof(pattern), "/sys/bus/pci/devices/%s/nvme/nvme*/serial", name);
+	if (glob(pattern, 0, NULL, &g) || g.gl_pathc < 1)
+		return;
+	f = fopen(g.gl_pathv[0], "r");
+	if (f) {
+		if (fgets(buf, len, f))
+			buf[strcspn(buf, "\n ")] = 0;
+		fclose(f);
+	}
+	globfree(&g);
+}
+
+static __u8 pattern_byte(__u64 i, __u32 seed)
+{
+	/* Same function as ci/hostcheck.py. */
+	return (__u8)((i * 7 + seed + (i >> 12)) & 0xff);
+}
+
+static void fill(__u8 *p, __u64 len, __u32 seed)
+{
+	for (__u64 i = 0; i < len; i++)
+		p[i] = pattern_byte(i, seed);
+}
+
+static __u64 mismatches(__u8 *p, __u64 len, __u32 seed)
+{
+	__u64 bad = 0;
+
+	for (__u64 i = 0; i < len; i++)
+		bad += p[i] != pattern_byte(i, seed);
+	return bad;
+}
+
+static void hostcheck(struct p2pdirect_provider_info *p, __u64 off, __u64 len, __u32 seed,
+		      __u64 guard)
+{
+	char name[32];
+
+	pci_name(p->pci_addr, name, sizeof(name));
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu seed=%u guard=%llu\n", name,
+	       (unsigned long long)off, (unsigned long long)len, seed,
+	       (unsigned long long)guard);
+	fflush(stdout);
+}
+
+FIXTURE(dm) {
+	int fd;
+	int n;
+	struct p2pdirect_provider_info p[8];
+};
+
+FIXTURE_SETUP(dm)
+{
+	self->fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->fd, 0) TH_LOG("open %s: %s", DEV_PATH, strerror(errno));
+	self->n = list(self->fd, self->p, 8);
+	ASSERT_GE(self->n, 2) TH_LOG("need two emulated GPUs, found %d", self->n);
+}
+
+FIXTURE_TEARDOWN(dm)
+{
+	close(self->fd);
+}
+
+/* Each provider: a 64 MiB BAR, all free, and the right reachability. */
+TEST_F(dm, providers_and_reachability)
+{
+	for (int i = 0; i < self->n; i++) {
+		struct p2pdirect_provider_info *p = &self->p[i];
+		int sw = 0, rp = 0;
+		char name[32];
+
+		pci_name(p->pci_addr, name, sizeof(name));
+		TH_LOG("provider %u: %s BAR%u %llu MiB bus %#llx, %u NVMe", p->index, name,
+		       p->bar, (unsigned long long)(p->bar_size >> 20),
+		       (unsigned long long)p->bus_addr, p->num_clients);
+		EXPECT_EQ((__u32)P2PDIRECT_PROVIDER_BAR, p->kind);
+		EXPECT_EQ(2u, p->bar);
+		EXPECT_EQ(64 * MiB, p->bar_size);
+		EXPECT_EQ(p->bar_size, p->bytes_total);
+		EXPECT_EQ(p->bytes_total, p->bytes_free);
+		EXPECT_EQ(0u, p->bytes_used);
+		EXPECT_NE(0u, p->bus_addr);
+		EXPECT_EQ(0u, p->pad);
+		ASSERT_EQ(2u, p->num_clients);
+		for (unsigned int c = 0; c < p->num_clients; c++) {
+			char serial[64], cname[32];
+
+			nvme_serial(p->clients[c].pci_addr, serial, sizeof(serial));
+			pci_name(p->clients[c].pci_addr, cname, sizeof(cname));
+			TH_LOG("  -> nvme %s (%s): distance %d", cname, serial,
+			       p->clients[c].distance);
+			if (!strcmp(serial, "p2pnvme-sw")) {
+				sw++;
+				EXPECT_GE(p->clients[c].distance, 0);
+			} else if (!strcmp(serial, "p2pnvme-rp")) {
+				rp++;
+				EXPECT_EQ(-1, p->clients[c].distance);
+			}
+		}
+		EXPECT_EQ(1, sw);
+		EXPECT_EQ(1, rp);
+	}
+}
+
+TEST_F(dm, list_count_only_and_efault)
+{
+	struct p2pdirect_list_providers req = { 0 };
+
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	EXPECT_EQ(self->n, (int)req.count);
+	req.entries = 8;
+	req.capacity = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	EXPECT_EQ(EFAULT, errno);
+}
+
+/* CPU stores through the device pointer land in the BAR (checked from the host). */
+TEST_F(dm, cpu_pattern_reaches_bar)
+{
+	struct p2pdirect_alloc filler, lo, target, hi;
+	struct p2pdirect_provider_info *p = &self->p[0];
+	__u8 *m;
+
+	/* Deep in the BAR, where no other test writes: 48 MiB in. */
+	ASSERT_EQ(0, do_alloc(self->fd, p->index, 48 * MiB, 0, &filler));
+	ASSERT_EQ(0, do_alloc(self->fd, p->index, 64 * KiB, 0, &lo));
+	ASSERT_EQ(0, do_alloc(self->fd, p->index, 256 * KiB, 0, &target));
+	ASSERT_EQ(0, do_alloc(self->fd, p->index, 64 * KiB, 0, &hi));
+	ASSERT_EQ(lo.provider_offset + lo.size, target.provider_offset);
+	ASSERT_EQ(target.provider_offset + target.size, hi.provider_offset);
+	EXPECT_EQ(p->bus_addr + target.provider_offset, target.bus_addr);
+
+	m = map(self->fd, &target);
+	ASSERT_NE(MAP_FAILED, m) TH_LOG("mmap: %s", strerror(errno));
+	fill(m, target.size, 0x5a);
+	EXPECT_EQ(0u, mismatches(m, target.size, 0x5a));
+	hostcheck(p, target.provider_offset, target.size, 0x5a, 64 * KiB);
+	ASSERT_EQ(0, munmap(m, target.size));
+	EXPECT_EQ(0, do_free(self->fd, target.handle));
+}
+
+/* Both GPUs at once, each with its own data. */
+TEST_F(dm, two_gpus_at_once)
+{
+	struct p2pdirect_alloc a[2], filler[2];
+	__u8 *m[2];
+
+	for (int g = 0; g < 2; g++) {
+		ASSERT_EQ(0, do_alloc(self->fd, self->p[g].index, 40 * MiB, 0, &filler[g]));
+		ASSERT_EQ(0, do_alloc(self->fd, self->p[g].index, 1 * MiB, 0, &a[g]));
+		m[g] = map(self->fd, &a[g]);
+		ASSERT_NE(MAP_FAILED, m[g]);
+	}
+	fill(m[0], a[0].size, 0x11);
+	fill(m[1], a[1].size, 0x22);
+	EXPECT_EQ(0u, mismatches(m[0], a[0].size, 0x11));
+	EXPECT_EQ(0u, mismatches(m[1], a[1].size, 0x22));
+	hostcheck(&self->p[0], a[0].provider_offset, a[0].size, 0x11, 0);
+	hostcheck(&self->p[1], a[1].provider_offset, a[1].size, 0x22, 0);
+}
+
+TEST_F(dm, alignment_is_honoured)
+{
+	struct p2pdirect_alloc small, big;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 4096, 0, &small));
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 4096, 8 * MiB, &big));
+	EXPECT_EQ(0u, big.provider_offset % (8 * MiB));
+	EXPECT_EQ(0u, big.bus_addr % (8 * MiB));
+	EXPECT_NE(small.provider_offset, big.provider_offset);
+	/* Sizes round up to whole pages. */
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 1, 0, &small));
+	EXPECT_EQ((__u64)getpagesize(), small.size);
+}
+
+TEST_F(dm, exhaustion_and_recovery)
+{
+	struct p2pdirect_alloc a[64], extra;
+	struct p2pdirect_provider_info now[8];
+	int n = 0;
+
+	/* 4 MiB chunks until the 64 MiB BAR is full. */
+	while (n < 64 && !do_alloc(self->fd, self->p[0].index, 4 * MiB, 0, &a[n]))
+		n++;
+	EXPECT_EQ(16, n);
+	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->p[0].index, 4096, 0, &extra));
+	ASSERT_EQ(self->n, list(self->fd, now, 8));
+	EXPECT_EQ(0u, now[0].bytes_free);
+	EXPECT_EQ(64 * MiB, now[0].bytes_used);
+	/* The other GPU is untouched. */
+	EXPECT_EQ(now[1].bytes_total, now[1].bytes_free);
+	/* Free one in the middle: exactly that hole can be reused. */
+	ASSERT_EQ(0, do_free(self->fd, a[5].handle));
+	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->p[0].index, 4 * MiB + 4096, 0, &extra));
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 4 * MiB, 0, &extra));
+	EXPECT_EQ(a[5].provider_offset, extra.provider_offset);
+	a[5] = extra;
+	for (int i = 0; i < n; i++)
+		EXPECT_EQ(0, do_free(self->fd, a[i].handle));
+	ASSERT_EQ(self->n, list(self->fd, now, 8));
+	EXPECT_EQ(now[0].bytes_total, now[0].bytes_free);
+	/* And the whole BAR in one piece. */
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 64 * MiB, 0, &extra));
+	EXPECT_EQ(0, do_free(self->fd, extra.handle));
+}
+
+/* Close frees everything the file allocated, mapped or not. */
+TEST_F(dm, close_frees_everything)
+{
+	struct p2pdirect_provider_info now[8];
+	struct p2pdirect_alloc a;
+	int fd2 = open(DEV_PATH, O_RDWR);
+	void *m;
+
+	ASSERT_GE(fd2, 0);
+	for (int g = 0; g < 2; g++)
+		ASSERT_EQ(0, do_alloc(fd2, self->p[g].index, 8 * MiB, 0, &a));
+	m = map(fd2, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_EQ(0, munmap(m, a.size));
+	ASSERT_EQ(self->n, list(self->fd, now, 8));
+	EXPECT_EQ(8 * MiB, now[0].bytes_used);
+	EXPECT_EQ(8 * MiB, now[1].bytes_used);
+	ASSERT_EQ(0, close(fd2));
+	ASSERT_EQ(self->n, list(self->fd, now, 8));
+	for (int g = 0; g < self->n; g++)
+		EXPECT_EQ(now[g].bytes_total, now[g].bytes_free);
+}
+
+/* A mapping keeps the file's memory alive after close; munmap then frees it. */
+TEST_F(dm, mapping_outlives_close)
+{
+	struct p2pdirect_provider_info now[8];
+	struct p2pdirect_alloc a;
+	int fd2 = open(DEV_PATH, O_RDWR);
+	__u8 *m;
+
+	ASSERT_GE(fd2, 0);
+	ASSERT_EQ(0, do_alloc(fd2, self->p[1].index, 2 * MiB, 0, &a));
+	m = map(fd2, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_EQ(0, close(fd2));
+	fill(m, 4096, 0x33);
+	EXPECT_EQ(0u, mismatches(m, 4096, 0x33));
+	hostcheck(&self->p[1], a.provider_offset, 4096, 0x33, 0);
+	ASSERT_EQ(self->n, list(self->fd, now, 8));
+	EXPECT_EQ(2 * MiB, now[1].bytes_used);
+	ASSERT_EQ(0, munmap(m, a.size));
+	ASSERT_EQ(self->n, list(self->fd, now, 8));
+	EXPECT_EQ(0u, now[1].bytes_used);
+}
+
+TEST_F(dm, free_while_mapped_is_ebusy)
+{
+	struct p2pdirect_alloc a;
+	void *m;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 1 * MiB, 0, &a));
+	m = map(self->fd, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(-EBUSY, do_free(self->fd, a.handle));
+	ASSERT_EQ(0, munmap(m, a.size));
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+}
+
+static sigjmp_buf fault_jmp;
+
+static void on_fault(int sig)
+{
+	siglongjmp(fault_jmp, sig);
+}
+
+/* fork: the child does not inherit the device-memory mapping. */
+TEST_F(dm, fork_child_has_no_mapping)
+{
+	struct p2pdirect_alloc a;
+	__u8 *m;
+	int status;
+	pid_t pid;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 64 * KiB, 0, &a));
+	m = map(self->fd, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	m[0] = 0x44;
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		int sig;
+
+		signal(SIGSEGV, on_fault);
+		signal(SIGBUS, on_fault);
+		sig = sigsetjmp(fault_jmp, 1);
+		if (sig)
+			_exit(sig);
+		(void)__atomic_load_n(&m[0], __ATOMIC_RELAXED);
+		_exit(0);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(SIGSEGV, WEXITSTATUS(status));
+	/* The parent still has it. */
+	EXPECT_EQ(0x44, m[0]);
+	hostcheck(&self->p[0], a.provider_offset, 1, 0x44, 0);
+	munmap(m, a.size);
+}
+
+TEST_F(dm, bad_alloc_input)
+{
+	struct p2pdirect_alloc a;
+
+	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->p[0].index, 0, 0, &a));
+	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->p[0].index, 64 * MiB + 4096, 0, &a));
+	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->p[0].index, ~0ull, 0, &a));
+	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->p[0].index, 4096, 3, &a));
+	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->p[0].index, 4096, 3 * MiB, &a));
+	EXPECT_EQ(-ENODEV, do_alloc(self->fd, 12345, 4096, 0, &a));
+	memset(&a, 0, sizeof(a));
+	a.provider = self->p[0].index;
+	a.size = 4096;
+	a.flags = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_ALLOC, &a));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_ALLOC, (void *)8));
+	EXPECT_EQ(EFAULT, errno);
+}
+
+TEST_F(dm, bad_free_input)
+{
+	struct p2pdirect_alloc a;
+	int fd2 = open(DEV_PATH, O_RDWR);
+
+	ASSERT_GE(fd2, 0);
+	EXPECT_EQ(-ENOENT, do_free(self->fd, 999999));
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 4096, 0, &a));
+	/* Another file's handle. */
+	EXPECT_EQ(-ENOENT, do_free(fd2, a.handle));
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	/* Double free. */
+	EXPECT_EQ(-ENOENT, do_free(self->fd, a.handle));
+	close(fd2);
+}
+
+TEST_F(dm, bad_mmap_input)
+{
+	struct p2pdirect_alloc a, b;
+	int fd2 = open(DEV_PATH, O_RDWR);
+	void *m;
+
+	ASSERT_GE(fd2, 0);
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 1 * MiB, 0, &a));
+	ASSERT_EQ(0, do_alloc(fd2, self->p[0].index, 1 * MiB, 0, &b));
+	/* Wrong size, both ways. */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, a.size / 2, PROT_READ | PROT_WRITE, MAP_SHARED,
+				   self->fd, a.mmap_offset));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, a.size * 2, PROT_READ | PROT_WRITE, MAP_SHARED,
+				   self->fd, a.mmap_offset));
+	EXPECT_EQ(EINVAL, errno);
+	/* Wrong offset: none, and one inside the allocation. */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, a.size, PROT_READ, MAP_SHARED, self->fd, 0));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, 4096, PROT_READ, MAP_SHARED, self->fd,
+				   a.mmap_offset + 4096));
+	EXPECT_EQ(EINVAL, errno);
+	/* Private mapping. */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_PRIVATE, self->fd,
+				   a.mmap_offset));
+	EXPECT_EQ(EINVAL, errno);
+	/* Executable. */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, a.size, PROT_READ | PROT_EXEC, MAP_SHARED, self->fd,
+				   a.mmap_offset));
+	EXPECT_EQ(EPERM, errno);
+	/* Another file's allocation. */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, b.size, PROT_READ, MAP_SHARED, self->fd, b.mmap_offset));
+	EXPECT_EQ(EINVAL, errno);
+	/* A good mapping cannot be made executable or grown afterwards. */
+	m = map(self->fd, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(-1, mprotect(m, a.size, PROT_READ | PROT_EXEC));
+	EXPECT_EQ(EACCES, errno);
+	EXPECT_EQ(MAP_FAILED, mremap(m, a.size, a.size * 2, MREMAP_MAYMOVE));
+	EXPECT_EQ(EFAULT, errno);
+	munmap(m, a.size);
+	close(fd2);
+}
+
+/*
+ * The mapping holds real P2PDMA pages: O_DIRECT from the NVMe behind the
+ * switch into it pins them with FOLL_PCI_P2PDMA and the controller DMAs into
+ * the BAR.
+ */
+TEST_F(dm, odirect_read_into_device_memory)
+{
+	const char *dev = NULL;
+	struct p2pdirect_alloc a;
+	char path[64], serial[64];
+	__u8 *m;
+	__u8 *ram;
+	glob_t g;
+	int nfd;
+
+	ASSERT_EQ(0, glob("/sys/class/nvme/nvme*", 0, NULL, &g));
+	for (size_t i = 0; i < g.gl_pathc && !dev; i++) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/serial", g.gl_pathv[i]);
+		f = fopen(path, "r");
+		if (f && fgets(serial, sizeof(serial), f) && !strncmp(serial, "p2pnvme-sw", 10)) {
+			snprintf(path, sizeof(path), "/dev/%sn1", strrchr(g.gl_pathv[i], '/') + 1);
+			dev = path;
+		}
+		if (f)
+			fclose(f);
+	}
+	globfree(&g);
+	ASSERT_NE(NULL, dev);
+	nfd = open(dev, O_RDWR | O_DIRECT);
+	ASSERT_GE(nfd, 0) TH_LOG("open %s: %s", dev, strerror(errno));
+
+	/* Known data on the namespace, written from RAM. */
+	ASSERT_EQ(0, posix_memalign((void **)&ram, 4096, 1 * MiB));
+	fill(ram, 1 * MiB, 0x77);
+	ASSERT_EQ((ssize_t)MiB, pwrite(nfd, ram, MiB, 16 * MiB));
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[1].index, 52 * MiB, 0, &a));
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[1].index, 1 * MiB, 0, &a));
+	m = map(self->fd, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_EQ((ssize_t)MiB, pread(nfd, m, MiB, 16 * MiB))
+		TH_LOG("O_DIRECT pread into device memory: %s", strerror(errno));
+	EXPECT_EQ(0u, mismatches(m, MiB, 0x77));
+	hostcheck(&self->p[1], a.provider_offset, MiB, 0x77, 0);
+	munmap(m, a.size);
+	free(ram);
+	close(nfd);
+}
+
+TEST_HARNESS_MAIN

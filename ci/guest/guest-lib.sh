@@ -155,7 +155,7 @@ run_demo() {
 			echo "topology: unexpected: $(cat /tmp/topo)"
 		if insmod /p2pdirect.ko; then
 			echo "module: loaded; $(ls -l /dev/p2pdirect)"
-			/tests/p2pd version 2>&1 | sed 's/^/  /'
+			/tests/p2pd info 2>&1 | sed 's/^/  /'
 			rmmod p2pdirect && echo "module: unloaded"
 		else
 			echo "module: insmod FAILED"

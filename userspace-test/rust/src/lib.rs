@@ -9,6 +9,7 @@ use std::{
     os::fd::{AsRawFd, OwnedFd},
     os::unix::fs::OpenOptionsExt,
     path::Path,
+    ptr::NonNull,
 };
 
 pub mod sys;
@@ -105,6 +106,242 @@ impl Device {
         } else {
             Ok(rc)
         }
+    }
+}
+
+/// A PCI function address (domain, bus, device, function).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PciAddr(pub u32);
+
+impl fmt::Display for PciAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let a = self.0;
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{}",
+            a >> 16,
+            (a >> 8) & 0xff,
+            (a >> 3) & 0x1f,
+            a & 7
+        )
+    }
+}
+
+/// P2P reachability of one NVMe controller from a provider.
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub pci_addr: PciAddr,
+    /// The kernel's P2PDMA distance; `None` when the two cannot reach each other.
+    pub distance: Option<u32>,
+}
+
+/// A device-memory provider (an emulated GPU's BAR, in the test VM).
+#[derive(Clone, Debug)]
+pub struct Provider {
+    pub index: u32,
+    pub kind: u32,
+    pub pci_addr: PciAddr,
+    pub bar: u32,
+    pub bar_size: u64,
+    pub bus_addr: u64,
+    pub bytes_total: u64,
+    pub bytes_free: u64,
+    pub bytes_used: u64,
+    pub clients: Vec<Client>,
+}
+
+/// A device-memory allocation, owned by the [`Device`] that made it.
+#[derive(Clone, Debug)]
+pub struct Allocation {
+    pub handle: u64,
+    pub size: u64,
+    pub mmap_offset: u64,
+    pub bus_addr: u64,
+    pub provider_offset: u64,
+}
+
+/// A CPU mapping of an allocation: the "device pointer".
+///
+/// Access goes through [`Mapping::read`] and [`Mapping::write`], never a
+/// slice: a device may DMA into the memory at any time.
+#[derive(Debug)]
+pub struct Mapping<'d> {
+    ptr: NonNull<u8>,
+    len: usize,
+    _dev: &'d Device,
+}
+
+impl Mapping<'_> {
+    /// The device pointer, for handing to I/O.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, offset: usize, len: usize) -> io::Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "range outside the mapping",
+            )),
+        }
+    }
+
+    /// Copies `data` into device memory at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> io::Result<()> {
+        self.check(offset, data.len())?;
+        // SAFETY: the range lies inside the live mapping (checked above), which
+        // does not overlap `data` (device memory is never a Rust allocation).
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
+        };
+        Ok(())
+    }
+
+    /// Copies device memory at `offset` into `out`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> io::Result<()> {
+        self.check(offset, out.len())?;
+        // SAFETY: as in `write`, reading instead.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+}
+
+impl Drop for Mapping<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing else unmaps them.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+impl Device {
+    /// `P2PDIRECT_IOC_LIST_PROVIDERS`: every provider and its reachability.
+    pub fn providers(&self) -> io::Result<Vec<Provider>> {
+        let mut req = sys::p2pdirect_list_providers::default();
+        // SAFETY: a count-only request (capacity 0) writes just `req`.
+        unsafe {
+            self.ioctl_raw(
+                sys::P2PDIRECT_IOC_LIST_PROVIDERS.into(),
+                std::ptr::from_mut(&mut req).cast(),
+            )
+        }?;
+        // Providers can come and go between the two calls: ask with room to spare.
+        let mut raw = vec![sys::p2pdirect_provider_info::default(); req.count as usize + 4];
+        req.entries = raw.as_mut_ptr() as u64;
+        req.capacity = raw.len() as u32;
+        // SAFETY: `entries` has room for `capacity` structs.
+        unsafe {
+            self.ioctl_raw(
+                sys::P2PDIRECT_IOC_LIST_PROVIDERS.into(),
+                std::ptr::from_mut(&mut req).cast(),
+            )
+        }?;
+        raw.truncate((req.count as usize).min(raw.len()));
+        Ok(raw
+            .iter()
+            .map(|p| Provider {
+                index: p.index,
+                kind: p.kind,
+                pci_addr: PciAddr(p.pci_addr),
+                bar: p.bar,
+                bar_size: p.bar_size,
+                bus_addr: p.bus_addr,
+                bytes_total: p.bytes_total,
+                bytes_free: p.bytes_free,
+                bytes_used: p.bytes_used,
+                clients: p.clients[..(p.num_clients as usize).min(p.clients.len())]
+                    .iter()
+                    .map(|c| Client {
+                        pci_addr: PciAddr(c.pci_addr),
+                        distance: u32::try_from(c.distance).ok(),
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+
+    /// `P2PDIRECT_IOC_ALLOC`: `size` bytes (rounded up to pages) on
+    /// `provider`, aligned to `alignment` (0: a page).
+    pub fn alloc(&self, provider: u32, size: u64, alignment: u64) -> io::Result<Allocation> {
+        let mut req = sys::p2pdirect_alloc {
+            provider,
+            size,
+            alignment,
+            ..Default::default()
+        };
+        // SAFETY: ALLOC reads and writes one `p2pdirect_alloc`.
+        unsafe {
+            self.ioctl_raw(
+                sys::P2PDIRECT_IOC_ALLOC.into(),
+                std::ptr::from_mut(&mut req).cast(),
+            )
+        }?;
+        Ok(Allocation {
+            handle: req.handle,
+            size: req.size,
+            mmap_offset: req.mmap_offset,
+            bus_addr: req.bus_addr,
+            provider_offset: req.provider_offset,
+        })
+    }
+
+    /// `P2PDIRECT_IOC_FREE`. `EBUSY` while the memory is mapped or pinned.
+    pub fn free(&self, handle: u64) -> io::Result<()> {
+        let mut req = sys::p2pdirect_free { handle };
+        // SAFETY: FREE reads one `p2pdirect_free`.
+        unsafe {
+            self.ioctl_raw(
+                sys::P2PDIRECT_IOC_FREE.into(),
+                std::ptr::from_mut(&mut req).cast(),
+            )
+        }?;
+        Ok(())
+    }
+
+    /// Maps an allocation of this device for CPU access.
+    pub fn map(&self, a: &Allocation) -> io::Result<Mapping<'_>> {
+        let len =
+            usize::try_from(a.size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let off = libc::off_t::try_from(a.mmap_offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a new shared mapping of our fd; the kernel checks offset and length.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.fd.as_raw_fd(),
+                off,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?,
+            len,
+            _dev: self,
+        })
+    }
+
+    /// The raw file descriptor, for tests that call mmap themselves.
+    pub fn as_raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
     }
 }
 

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Device-memory tests from Rust (in the test VM, module loaded, root).
+
+use p2pdirect::{sys, Device};
+use std::io;
+
+const MIB: u64 = 1 << 20;
+
+fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+    r.expect_err("call should have failed")
+        .raw_os_error()
+        .unwrap_or(0)
+}
+
+#[test]
+fn providers_reachability() {
+    let dev = Device::open().unwrap();
+    let ps = dev.providers().unwrap();
+    assert!(ps.len() >= 2, "two emulated GPUs expected, got {ps:?}");
+    for p in &ps {
+        assert_eq!(p.kind, sys::P2PDIRECT_PROVIDER_BAR);
+        assert_eq!(p.bar_size, 64 * MIB);
+        assert_eq!(p.bytes_free + p.bytes_used, p.bytes_total);
+        assert_eq!(p.clients.len(), 2);
+        // One NVMe behind the switch (reachable), one on its own root port.
+        assert_eq!(p.clients.iter().filter(|c| c.distance.is_some()).count(), 1);
+        eprintln!("provider {} at {}: {:?}", p.index, p.pci_addr, p.clients);
+    }
+}
+
+#[test]
+fn alloc_map_write_read_free() {
+    let dev = Device::open().unwrap();
+    let p = dev.providers().unwrap()[1].clone();
+    let a = dev.alloc(p.index, 3 * MIB, 0).unwrap();
+    assert_eq!(a.size, 3 * MIB);
+    assert_eq!(a.bus_addr, p.bus_addr + a.provider_offset);
+    let m = dev.map(&a).unwrap();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 1) as u8).collect();
+    m.write(MIB as usize, &data).unwrap();
+    let mut back = vec![0u8; data.len()];
+    m.read(MIB as usize, &mut back).unwrap();
+    assert_eq!(back, data);
+    assert!(m.write(3 * MIB as usize - 1, &[0, 0]).is_err());
+    // Mapped: FREE refuses; unmapped: FREE works, once.
+    assert_eq!(errno(dev.free(a.handle)), libc::EBUSY);
+    drop(m);
+    dev.free(a.handle).unwrap();
+    assert_eq!(errno(dev.free(a.handle)), libc::ENOENT);
+    let after = dev.providers().unwrap()[1].clone();
+    assert_eq!(after.bytes_used, p.bytes_used);
+}
+
+#[test]
+fn bad_input() {
+    let dev = Device::open().unwrap();
+    let p = dev.providers().unwrap()[0].clone();
+    assert_eq!(errno(dev.alloc(p.index, 0, 0)), libc::EINVAL);
+    assert_eq!(errno(dev.alloc(p.index, 4096, 12345)), libc::EINVAL);
+    assert_eq!(
+        errno(dev.alloc(p.index, p.bar_size + 4096, 0)),
+        libc::ENOMEM
+    );
+    assert_eq!(errno(dev.alloc(u32::MAX, 4096, 0)), libc::ENODEV);
+    let a = dev.alloc(p.index, MIB, 0).unwrap();
+    // MAP_PRIVATE is refused.
+    // SAFETY: a new mapping of our own fd; it must fail.
+    let r = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            MIB as usize,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            dev.as_raw_fd(),
+            a.mmap_offset as libc::off_t,
+        )
+    };
+    assert_eq!(r, libc::MAP_FAILED);
+    assert_eq!(
+        io::Error::last_os_error().raw_os_error(),
+        Some(libc::EINVAL)
+    );
+    // Another open file does not see this file's allocation.
+    let other = Device::open().unwrap();
+    assert_eq!(errno(other.free(a.handle)), libc::ENOENT);
+    assert_eq!(errno(other.map(&a)), libc::EINVAL);
+    dev.free(a.handle).unwrap();
+}

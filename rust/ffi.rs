@@ -66,10 +66,30 @@ kernel::sync::global_lock! {
     pub(crate) unsafe(uninit) static PROVIDERS: Mutex<KVec<Arc<crate::devmem::Provider>>> = KVec::new();
 }
 
-/// Initialises the module's global state. Call once, first in module init.
-pub(crate) fn init_globals() {
-    // SAFETY: called exactly once, from module init, before any user of `PROVIDERS`.
-    unsafe { PROVIDERS.init() };
+/// The module's global state: set up first in module init, torn down last.
+///
+/// # Invariants
+///
+/// At most one `Globals` is ever created (the module struct holds it), so
+/// `PROVIDERS` is initialised exactly once, before any user.
+pub(crate) struct Globals(());
+
+impl Globals {
+    /// Initialises the globals. Only the module initializer calls this, once.
+    pub(crate) fn init() -> Self {
+        // SAFETY: called exactly once, from module init, before the PCI driver
+        // and the misc device that use `PROVIDERS` are registered.
+        unsafe { PROVIDERS.init() };
+        Self(())
+    }
+}
+
+impl Drop for Globals {
+    fn drop(&mut self) {
+        // Statics are never dropped: free the list's buffer here, after the
+        // PCI driver's unregistration emptied it.
+        drop(core::mem::take(&mut *PROVIDERS.lock()));
+    }
 }
 
 /// The registry of device-memory providers (see devmem's lock order).

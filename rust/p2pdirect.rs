@@ -3,8 +3,9 @@
 //! p2pdirect: GPUDirect-style device memory, peer-memory registration and
 //! direct NVMe I/O on the upstream PCI P2PDMA infrastructure.
 //!
-//! Crate root: module lines, the module struct and its initializer. Field
-//! order of [`P2pDirect`] is the setup order; teardown is the reverse (Drop).
+//! Crate root: module lines, the module struct and its initializer. The
+//! initializer lists the fields in setup order; the struct declares them in
+//! teardown order (Rust drops fields in declaration order), the reverse.
 
 mod bar_driver;
 mod chardev;
@@ -28,17 +29,18 @@ pub(crate) const MODULE_VERSION: &str = "0.1.0";
 
 #[pin_data(PinnedDrop)]
 struct P2pDirect {
+    /// `/dev/p2pdirect`: set up last, so every room it reaches is ready.
+    #[pin]
+    chardev: chardev::Registration,
     /// The PCI driver that turns device BARs into providers.
     #[pin]
     bar_driver: driver::Registration<pci::Adapter<bar_driver::BarDriver>>,
-    /// `/dev/p2pdirect`: registered last, so every room it reaches is ready.
-    #[pin]
-    chardev: chardev::Registration,
+    /// Global state (the provider list): set up first, torn down last.
+    globals: ffi::Globals,
 }
 
 impl kernel::InPlaceModule for P2pDirect {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        ffi::init_globals();
         pr_info!(
             "version {} loading (ABI {}.{})\n",
             MODULE_VERSION,
@@ -46,6 +48,7 @@ impl kernel::InPlaceModule for P2pDirect {
             ffi::uapi::P2PDIRECT_ABI_MINOR
         );
         try_pin_init!(Self {
+            globals: ffi::Globals::init(),
             bar_driver <- driver::Registration::new(c"p2pdirect", module),
             chardev <- chardev::register(),
         })

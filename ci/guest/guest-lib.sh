@@ -73,6 +73,20 @@ devnode_root_only() {
 	ls -l /dev/p2pdirect
 	[ -c /dev/p2pdirect ] && [ "$(stat -c '%a %u' /dev/p2pdirect)" = "600 0" ]
 }
+# Binding a device whose BAR2 is no usable memory (the NVMe on the root port,
+# through new_id) is refused at probe with a message naming the reason.
+refused_probe() {
+	rp=$(for d in $(nvmes); do [ "$(nvme_serial "$d")" = p2pnvme-rp ] && echo "$d"; done)
+	bdf=${rp##*/}
+	id="$(cat "$rp/vendor" | sed 's/0x//') $(cat "$rp/device" | sed 's/0x//')"
+	echo "$bdf" >/sys/bus/pci/drivers/nvme/unbind || return 1
+	echo "$id" >/sys/bus/pci/drivers/p2pdirect/new_id
+	echo "$id" >/sys/bus/pci/drivers/p2pdirect/remove_id
+	echo "$bdf" >/sys/bus/pci/drivers/nvme/bind || return 1
+	dmesg | grep "p2pdirect $bdf: " || return 1
+	dmesg | grep -q "p2pdirect $bdf: BAR2 .*not a provider\|p2pdirect $bdf: BAR2 is .* less than" &&
+		[ ! -e /sys/bus/pci/drivers/p2pdirect/$bdf ] && [ -e "$rp/nvme" ]
+}
 module_gone() { ! grep -q '^p2pdirect ' /proc/modules && [ ! -e /dev/p2pdirect ]; }
 kmemleak_clean() {
 	[ -w /sys/kernel/debug/kmemleak ] || { echo "kmemleak is not active"; return 1; }
@@ -132,6 +146,12 @@ run_checks() {
 	for t in /tests/rust-*; do
 		run_suite "${t##*/}" rust_suite "$t"
 	done
+	say "# suite: guest-probe"
+	n=0
+	fails=0
+	check "new_id binding of a device without a memory BAR2 is refused with a reason" refused_probe
+	say "1..$n"
+	say "# suite-exit: guest-probe $fails"
 
 	say "# suite: guest-teardown"
 	n=0

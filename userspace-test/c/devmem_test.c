@@ -515,4 +515,62 @@ TEST_F(dm, odirect_read_into_device_memory)
 	close(nfd);
 }
 
+static int sysfs_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, val, strlen(val));
+	close(fd);
+	return n == (ssize_t)strlen(val) ? 0 : -errno;
+}
+
+/*
+ * The device goes away while its memory is allocated and mapped: the mapping
+ * is revoked (access gets SIGBUS), FREE still works, and the device comes
+ * back as a new provider with all its memory free. Runs last: it renumbers.
+ */
+TEST_F(dm, z_device_removal_revokes_mappings)
+{
+	struct p2pdirect_provider_info now[8];
+	struct p2pdirect_alloc a;
+	char name[32];
+	__u8 *m;
+	int sig;
+
+	pci_name(self->p[1].pci_addr, name, sizeof(name));
+	ASSERT_EQ(0, do_alloc(self->fd, self->p[1].index, 2 * MiB, 0, &a));
+	m = map(self->fd, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	(void)__atomic_load_n(&m[0], __ATOMIC_RELAXED);
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/unbind", name))
+		TH_LOG("unbind %s: %s", name, strerror(errno));
+	EXPECT_EQ(self->n - 1, list(self->fd, now, 8));
+
+	signal(SIGBUS, on_fault);
+	signal(SIGSEGV, on_fault);
+	sig = sigsetjmp(fault_jmp, 1);
+	if (!sig) {
+		(void)__atomic_load_n(&m[0], __ATOMIC_RELAXED);
+		sig = -1;
+	}
+	EXPECT_EQ(SIGBUS, sig) TH_LOG("access after removal: signal %d", sig);
+	signal(SIGBUS, SIG_DFL);
+	signal(SIGSEGV, SIG_DFL);
+
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	EXPECT_EQ(-ENODEV, do_alloc(self->fd, self->p[1].index, 4096, 0, &a));
+	munmap(m, 2 * MiB);
+
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", name))
+		TH_LOG("bind %s: %s", name, strerror(errno));
+	ASSERT_EQ(self->n, list(self->fd, now, 8));
+	for (int i = 0; i < self->n; i++) {
+		EXPECT_EQ(64 * MiB, now[i].bytes_total);
+		EXPECT_EQ(now[i].bytes_total, now[i].bytes_free);
+	}
+}
+
 TEST_HARNESS_MAIN

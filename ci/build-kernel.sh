@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 "$here/install-deps.sh"
 src=$("$here/fetch-kernel.sh")
-toolchain="$($RUSTC --version) | $(${LLVM}clang --version | head -n 1) | $("$BINDGEN" --version)"
+toolchain="$($KRUSTC --version) | $(${LLVM}clang --version | head -n 1) | $("$BINDGEN" --version)"
 key=$( { basename "$src"; cat "$here/kernel.config" "$here/kernel-required.txt"; echo "$toolchain"; } |
 	sha256sum | cut -c1-16)
 out="$P2P_CACHE/build/$(basename "$src")-$key"
@@ -19,7 +19,7 @@ if [ -f "$out/.built" ]; then
 	exit 0
 fi
 
-mkmake() { make -C "$src" O="$out" LLVM="$LLVM" RUSTC="$RUSTC" BINDGEN="$BINDGEN" "$@"; }
+mkmake() { make -C "$src" O="$out" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" "$@"; }
 
 log "configuring $(basename "$src") in $out"
 rm -rf "$out"

@@ -11,6 +11,6 @@ if [ -z "${KDIR:-}" ]; then
 	. "$here/lib.sh"
 	"$here/install-deps.sh"
 	KDIR=$("$here/build-kernel.sh")
-	exec make -C "$KDIR" M="$repo" LLVM="$LLVM" RUSTC="$RUSTC" BINDGEN="$BINDGEN" modules
+	exec make -C "$KDIR" M="$repo" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" modules
 fi
 exec make -C "$KDIR" M="$repo" modules

@@ -7,8 +7,10 @@ mkdir -p "$P2P_CACHE"
 
 # The kernel and the module must be built by the same toolchain: Debian's rustc
 # (it ships the core/alloc sources the kernel needs) and clang 19 (KASAN with
-# Rust requires a clang-built kernel).
-export RUSTC=/usr/bin/rustc
+# Rust requires a clang-built kernel). Only kernel makes get KRUSTC, on their
+# command line: userspace cargo builds keep the rustup toolchain (whose clippy
+# must match the rustc that built the crate's dependencies).
+KRUSTC=/usr/bin/rustc
 export LIBCLANG_PATH=/usr/lib/llvm-19/lib
 export LLVM=/usr/lib/llvm-19/bin/
 export BINDGEN="$P2P_CACHE/cargo/bin/bindgen"

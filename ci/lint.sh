@@ -26,10 +26,10 @@ ksrc=$("$here/fetch-kernel.sh")
 kdir=$("$here/build-kernel.sh")
 step "rustfmt: module" rustfmt --edition 2021 --config-path "$ksrc/.rustfmt.toml" --check \
 	$(cd "$repo" && git ls-files -- "rust/*.rs" | sed "s|^|$repo/|")
-step "clippy: module (Kbuild CLIPPY=1)" make -s -C "$kdir" M="$repo" LLVM="$LLVM" RUSTC="$RUSTC" \
+step "clippy: module (Kbuild CLIPPY=1)" make -s -C "$kdir" M="$repo" LLVM="$LLVM" RUSTC="$KRUSTC" \
 	BINDGEN="$BINDGEN" CLIPPY=1 CLIPPY_DRIVER=/usr/bin/clippy-driver modules
 # Leave a module built without clippy behind, as `make` would.
-make -s -C "$kdir" M="$repo" LLVM="$LLVM" RUSTC="$RUSTC" BINDGEN="$BINDGEN" modules >/dev/null 2>&1
+make -s -C "$kdir" M="$repo" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" modules >/dev/null 2>&1
 step "rustfmt: userspace crate" bash -c "cd '$repo/userspace-test/rust' && cargo fmt --check"
 step "clippy: userspace crate" bash -c "cd '$repo/userspace-test/rust' && cargo clippy --quiet --all-targets -- -D warnings"
 for f in "$repo"/rust/ffi/shim.c "$repo"/include/uapi/linux/p2pdirect.h "$repo"/userspace-test/c/*.c; do

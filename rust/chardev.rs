@@ -79,7 +79,7 @@ impl MiscDevice for OpenFile {
     }
 
     fn release(me: Pin<KBox<Self>>, _file: &File) {
-        for a in me.allocs.lock().iter() {
+        for a in me.allocs.lock().iter_mut() {
             a.free_at_close();
         }
     }

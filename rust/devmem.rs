@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Device memory: providers (a PCI BAR registered as P2PDMA memory) and the
-//! allocations users carve out of them and mmap (their "device pointers").
+//! Device memory: providers and the allocations users carve out of them and
+//! mmap (their "device pointers").
+//!
+//! Two kinds of provider:
+//! - `Bar`: a BAR p2pdirect registered itself (bar_driver). p2pdirect takes
+//!   all of it from the P2PDMA pool at once and carves allocations out of it
+//!   with its own range allocator, so it knows exactly what is free.
+//! - `Published`: P2PDMA memory another driver published (the NVMe CMB).
+//!   Each allocation comes from that driver's pool; its size is the BAR's,
+//!   and what is free is an upper bound (the owner allocates from it too).
 //!
 //! Lock order: `OpenFile::allocs` -> `Provider::inner`. The global provider
-//! list (`ffi::providers()`) is never held while either is taken.
+//! list (`ffi::providers()`) is taken alone, or before `Provider::inner`.
 //!
 //! Page lifetime: each allocation's pages carry one reference held by
 //! p2pdirect from ALLOC to FREE; a mapping or a pin adds more. FREE refuses
@@ -26,6 +34,13 @@ use kernel::{
     },
 };
 
+/// What kind of memory a provider has (the UAPI's `P2PDIRECT_PROVIDER_*`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Bar,
+    Published,
+}
+
 /// Where an allocation's mappings live, so teardown can zap them.
 pub(crate) struct MapInfo {
     mapping: FileMapping,
@@ -33,18 +48,23 @@ pub(crate) struct MapInfo {
 }
 
 struct ProviderInner {
-    /// `None` once the device is gone.
+    /// `Bar`: all of the BAR; `None` for `Published` and once the device is gone.
     mem: Option<P2pMem>,
+    /// `Bar`: the allocated ranges. `Published`: unused.
     ranges: RangeAllocator<MapInfo>,
+    /// `Published`: bytes p2pdirect allocated from the owner's pool.
+    published_used: u64,
 }
 
 /// A device-memory provider.
 #[pin_data]
 pub(crate) struct Provider {
     pub(crate) index: u32,
+    pub(crate) kind: Kind,
     pub(crate) pdev: PciFunction,
     pub(crate) bar: u32,
     pub(crate) bar_size: u64,
+    /// Bus address of the first byte of the provider's memory.
     pub(crate) bus_addr: u64,
     #[pin]
     inner: Mutex<ProviderInner>,
@@ -63,24 +83,37 @@ static NEXT_ALLOC: Atomic<u64> = Atomic::new(1);
 const MMAP_SHIFT: u32 = 40;
 
 impl Provider {
-    /// Registers `mem` (all of BAR `bar` of `pdev`) as a provider.
-    pub(crate) fn register(pdev: PciFunction, bar: u32, mem: P2pMem) -> Result<Arc<Self>> {
-        let size = mem.size() as u64;
-        let bus = mem.bus_addr(0);
-        let provider = Arc::pin_init(
+    fn new(
+        kind: Kind,
+        pdev: PciFunction,
+        bar: u32,
+        size: u64,
+        bus: u64,
+        mem: Option<P2pMem>,
+    ) -> Result<Arc<Self>> {
+        let managed = if kind == Kind::Bar { size } else { 0 };
+        Arc::pin_init(
             pin_init!(Self {
                 index: NEXT_PROVIDER.fetch_add(1, Relaxed),
+                kind,
                 pdev,
                 bar,
                 bar_size: size,
                 bus_addr: bus,
                 inner <- new_mutex!(ProviderInner {
-                    mem: Some(mem),
-                    ranges: RangeAllocator::new(size),
+                    mem,
+                    ranges: RangeAllocator::new(managed),
+                    published_used: 0,
                 }),
             }),
             GFP_KERNEL,
-        )?;
+        )
+    }
+
+    /// Registers `mem` (all of BAR `bar` of `pdev`) as a provider.
+    pub(crate) fn register_bar(pdev: PciFunction, bar: u32, mem: P2pMem) -> Result<Arc<Self>> {
+        let (size, bus) = (mem.size() as u64, mem.bus_addr(0));
+        let provider = Self::new(Kind::Bar, pdev, bar, size, bus, Some(mem))?;
         ffi::providers().push(provider.clone(), GFP_KERNEL)?;
         Ok(provider)
     }
@@ -97,7 +130,7 @@ impl Provider {
         let mut leaked = false;
         if let Some(mem) = inner.mem.as_ref() {
             for r in inner.ranges.ranges() {
-                leaked |= !release_when_idle(mem, r.start, r.len);
+                leaked |= !release_when_idle(mem, 0, r.start, r.len);
             }
         }
         inner.ranges.clear();
@@ -115,24 +148,62 @@ impl Provider {
 
     pub(crate) fn usage(&self) -> Usage {
         let inner = self.inner.lock();
-        Usage {
-            total: if inner.mem.is_some() {
-                inner.ranges.size()
-            } else {
-                0
+        match self.kind {
+            Kind::Bar => Usage {
+                total: if inner.mem.is_some() {
+                    inner.ranges.size()
+                } else {
+                    0
+                },
+                used: inner.ranges.used_bytes(),
             },
-            used: inner.ranges.used_bytes(),
+            Kind::Published => Usage {
+                total: self.bar_size,
+                used: inner.published_used,
+            },
         }
     }
 }
 
+/// Adds a provider for every device whose driver published P2PDMA memory
+/// since the last look, and drops those whose driver withdrew it.
+pub(crate) fn refresh_published() -> Result {
+    let found = PciFunction::with_published_p2pmem()?;
+    let mut list = ffi::providers();
+    list.retain(|p| p.kind != Kind::Published || p.pdev.has_published_p2pmem());
+    for f in found {
+        if list
+            .iter()
+            .any(|p| p.kind == Kind::Published && p.pdev.addr() == f.addr())
+        {
+            continue;
+        }
+        // One page tells which BAR the pool lives in; the owner may also have
+        // handed out everything, and then there is nothing to offer.
+        let Ok(probe) = P2pMem::alloc(f.clone_ref(), PAGE_SIZE) else {
+            continue;
+        };
+        let bus = probe.bus_addr(0);
+        drop(probe);
+        let Some((bar, start, len)) = f.bar_of_bus_addr(bus) else {
+            continue;
+        };
+        let provider = Provider::new(Kind::Published, f, bar, len, start, None)?;
+        list.push(provider, GFP_KERNEL)?;
+    }
+    Ok(())
+}
+
 /// Finds a provider by index.
 pub(crate) fn provider(index: u32) -> Option<Arc<Provider>> {
-    ffi::providers().iter().find(|p| p.index == index).cloned()
+    let find = || ffi::providers().iter().find(|p| p.index == index).cloned();
+    // A provider published since the last LIST is found on a second look.
+    find().or_else(|| refresh_published().ok().and_then(|_| find()))
 }
 
 /// Every provider now, by index.
 pub(crate) fn providers() -> Result<KVec<Arc<Provider>>> {
+    refresh_published()?;
     let list = ffi::providers();
     let mut out = KVec::with_capacity(list.len(), GFP_KERNEL)?;
     for p in list.iter() {
@@ -142,13 +213,14 @@ pub(crate) fn providers() -> Result<KVec<Arc<Provider>>> {
 }
 
 /// Waits (bounded) for transient pins, e.g. an O_DIRECT request in flight,
-/// to end, then drops p2pdirect's page references. False if they never did.
-fn release_when_idle(mem: &P2pMem, start: u64, len: u64) -> bool {
+/// to end, then drops p2pdirect's page references on `mem[base + start..][..len]`.
+/// False if they never ended.
+fn release_when_idle(mem: &P2pMem, base: usize, start: u64, len: u64) -> bool {
     let (Ok(start), Ok(len)) = (usize::try_from(start), usize::try_from(len)) else {
         return false;
     };
     for _ in 0..100 {
-        if mem.try_release(start, len).is_ok() {
+        if mem.try_release(base + start, len).is_ok() {
             return true;
         }
         ffi::msleep(100);
@@ -160,8 +232,11 @@ fn release_when_idle(mem: &P2pMem, start: u64, len: u64) -> bool {
 pub(crate) struct Allocation {
     pub(crate) handle: u64,
     provider: Arc<Provider>,
-    pub(crate) start: u64,
+    /// Offset within the provider's memory (`Bar`) or within `own` (`Published`).
+    start: u64,
     pub(crate) size: u64,
+    /// `Published`: the memory taken from the owner's pool for this allocation.
+    own: Option<P2pMem>,
 }
 
 /// What ALLOC reports.
@@ -200,32 +275,51 @@ impl Allocation {
             return Err(ENOSPC);
         }
         let mmap_offset = handle << MMAP_SHIFT;
-        let (start, info) = {
-            let mut inner = provider.inner.lock();
-            let inner = &mut *inner;
-            let mem = inner.mem.as_ref().ok_or(ENODEV)?;
-            let start = inner.ranges.alloc(
-                size,
-                align,
-                MapInfo {
-                    mapping,
-                    mmap_offset,
-                },
-            )?;
-            // Bounded by the BAR size, which is a usize.
-            let (ustart, ulen) = (start as usize, size as usize);
-            if let Err(e) = mem.hold(ustart, ulen) {
-                let _ = inner.ranges.free(start);
-                return Err(e);
+        let (start, own, info) = match provider.kind {
+            Kind::Bar => {
+                let mut inner = provider.inner.lock();
+                let inner = &mut *inner;
+                let mem = inner.mem.as_ref().ok_or(ENODEV)?;
+                let start = inner.ranges.alloc(
+                    size,
+                    align,
+                    MapInfo {
+                        mapping,
+                        mmap_offset,
+                    },
+                )?;
+                // Bounded by the BAR size, which is a usize.
+                if let Err(e) = mem.hold(start as usize, size as usize) {
+                    let _ = inner.ranges.free(start);
+                    return Err(e);
+                }
+                let bus = mem.bus_addr(start as usize);
+                (start, None, (bus, start))
             }
-            let info = AllocInfo {
-                handle,
-                size,
-                mmap_offset,
-                bus_addr: mem.bus_addr(ustart),
-                provider_offset: start,
-            };
-            (start, info)
+            Kind::Published => {
+                if !provider.pdev.has_published_p2pmem() {
+                    return Err(ENODEV);
+                }
+                if size > provider.bar_size || align > provider.bar_size {
+                    return Err(ENOMEM);
+                }
+                // The owner's pool aligns to pages only: take enough to align within.
+                let total = usize::try_from(size + align - page).map_err(|_| ENOMEM)?;
+                let mem = P2pMem::alloc(provider.pdev.clone_ref(), total)?;
+                let first = mem.bus_addr(0);
+                let skip = first.next_multiple_of(align) - first;
+                mem.hold(skip as usize, size as usize)?;
+                let bus = first + skip;
+                provider.inner.lock().published_used += size;
+                (skip, Some(mem), (bus, bus - provider.bus_addr))
+            }
+        };
+        let info = AllocInfo {
+            handle,
+            size,
+            mmap_offset,
+            bus_addr: info.0,
+            provider_offset: info.1,
         };
         Ok((
             Self {
@@ -233,6 +327,7 @@ impl Allocation {
                 provider,
                 start,
                 size,
+                own,
             },
             info,
         ))
@@ -240,11 +335,19 @@ impl Allocation {
 
     /// Frees the allocation unless its memory is still mapped or pinned.
     /// On `EBUSY` the allocation is left as it was.
-    pub(crate) fn try_free(&self) -> Result {
+    pub(crate) fn try_free(&mut self) -> Result {
+        let (start, size) = (self.start as usize, self.size as usize);
+        if let Some(own) = self.own.as_ref() {
+            own.try_release(start, size)?;
+            self.own = None;
+            let mut inner = self.provider.inner.lock();
+            inner.published_used -= self.size;
+            return Ok(());
+        }
         let mut inner = self.provider.inner.lock();
         let inner = &mut *inner;
         if let Some(mem) = inner.mem.as_ref() {
-            mem.try_release(self.start as usize, self.size as usize)?;
+            mem.try_release(start, size)?;
             inner.ranges.free(self.start)?;
         }
         // Without memory the provider already took everything back.
@@ -253,27 +356,45 @@ impl Allocation {
 
     /// Frees the allocation at close or exit: no mapping can remain (a
     /// mapping keeps the file open), so only a transient pin can delay it.
-    pub(crate) fn free_at_close(&self) {
+    pub(crate) fn free_at_close(&mut self) {
+        if let Some(own) = self.own.take() {
+            if release_when_idle(&own, 0, self.start, self.size) {
+                drop(own);
+                self.provider.inner.lock().published_used -= self.size;
+            } else {
+                self.leaked();
+                core::mem::forget(own);
+            }
+            return;
+        }
         let mut inner = self.provider.inner.lock();
         let inner = &mut *inner;
         if let Some(mem) = inner.mem.as_ref() {
-            if release_when_idle(mem, self.start, self.size) {
+            if release_when_idle(mem, 0, self.start, self.size) {
                 let _ = inner.ranges.free(self.start);
             } else {
                 // The range stays allocated: the pool never gets pinned pages back.
-                pr_err!(
-                    "provider {}: allocation {} still pinned at close; not reused\n",
-                    self.provider.index,
-                    self.handle
-                );
+                self.leaked();
             }
         }
     }
 
+    fn leaked(&self) {
+        pr_err!(
+            "provider {}: allocation {} still pinned at close; its memory is not reused\n",
+            self.provider.index,
+            self.handle
+        );
+    }
+
     /// Maps the allocation into `vma` (which must cover exactly its size).
     pub(crate) fn map(&self, vma: &VmaNew) -> Result {
+        let (start, size) = (self.start as usize, self.size as usize);
+        if let Some(own) = self.own.as_ref() {
+            return own.map_into(vma, start, size);
+        }
         let inner = self.provider.inner.lock();
         let mem = inner.mem.as_ref().ok_or(ENODEV)?;
-        mem.map_into(vma, self.start as usize, self.size as usize)
+        mem.map_into(vma, start, size)
     }
 }

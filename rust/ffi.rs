@@ -57,6 +57,14 @@ mod shim {
         pub(super) fn p2pdirect_vma_pgoff(vma: *mut vm_area_struct) -> kernel::ffi::c_ulong;
         pub(super) fn p2pdirect_msleep(ms: kernel::ffi::c_uint);
         pub(super) fn p2pdirect_vma_may_share(vma: *mut vm_area_struct) -> bool;
+        pub(super) fn p2pdirect_next_published(prev: *mut pci_dev) -> *mut pci_dev;
+        pub(super) fn p2pdirect_has_published_p2pmem(pdev: *mut pci_dev) -> bool;
+        pub(super) fn p2pdirect_bar_of_bus_addr(
+            pdev: *mut pci_dev,
+            bus: u64,
+            start: *mut u64,
+            len: *mut u64,
+        ) -> c_int;
     }
 }
 
@@ -170,25 +178,67 @@ impl PciFunction {
         u32::try_from(d).ok()
     }
 
+    /// Another counted reference to the same function.
+    pub(crate) fn clone_ref(&self) -> Self {
+        // SAFETY: the pci_dev is valid by the type invariant.
+        unsafe { shim::p2pdirect_pci_dev_get(self.0.as_ptr()) };
+        // INVARIANT: the reference taken just above.
+        Self(self.0)
+    }
+
     /// Every NVMe controller present now.
     pub(crate) fn nvme_controllers() -> Result<KVec<PciFunction>> {
+        // SAFETY: `p2pdirect_next_nvme` follows the walker contract of `walk`.
+        unsafe { Self::walk(shim::p2pdirect_next_nvme) }
+    }
+
+    /// Every function whose driver published P2PDMA memory (an NVMe CMB...).
+    pub(crate) fn with_published_p2pmem() -> Result<KVec<PciFunction>> {
+        // SAFETY: `p2pdirect_next_published` follows the walker contract of `walk`.
+        unsafe { Self::walk(shim::p2pdirect_next_published) }
+    }
+
+    /// Collects the functions a C walker yields.
+    ///
+    /// # Safety
+    ///
+    /// `next(NULL)` starts the walk, `next(prev)` drops the reference on
+    /// `prev` and returns the next function with a new reference, or NULL at
+    /// the end (the `pci_get_device()` contract).
+    unsafe fn walk(
+        next: unsafe extern "C" fn(*mut bindings::pci_dev) -> *mut bindings::pci_dev,
+    ) -> Result<KVec<PciFunction>> {
         let mut out = KVec::new();
         let mut cur: *mut bindings::pci_dev = core::ptr::null_mut();
         loop {
-            // SAFETY: `cur` is null or a device returned by the previous call,
-            // whose reference this call consumes.
-            cur = unsafe { shim::p2pdirect_next_nvme(cur) };
+            // SAFETY: `cur` is null or the previous result, whose reference
+            // this call consumes (the caller's contract on `next`).
+            cur = unsafe { next(cur) };
             let Some(dev) = NonNull::new(cur) else { break };
             // SAFETY: `dev` is valid; this takes the reference the list keeps.
             unsafe { shim::p2pdirect_pci_dev_get(dev.as_ptr()) };
             // INVARIANT: we own the reference taken just above.
             if let Err(e) = out.push(PciFunction(dev), GFP_KERNEL) {
-                // SAFETY: drops the iteration's reference to end the walk.
+                // SAFETY: drops the walk's reference to end it early.
                 unsafe { shim::p2pdirect_pci_dev_put(dev.as_ptr()) };
                 return Err(e.into());
             }
         }
         Ok(out)
+    }
+
+    /// Whether the function's driver still publishes P2PDMA memory.
+    pub(crate) fn has_published_p2pmem(&self) -> bool {
+        // SAFETY: the pci_dev is valid by the type invariant.
+        unsafe { shim::p2pdirect_has_published_p2pmem(self.0.as_ptr()) }
+    }
+
+    /// The memory BAR holding bus address `bus`: (index, bus start, size).
+    pub(crate) fn bar_of_bus_addr(&self, bus: u64) -> Option<(u32, u64, u64)> {
+        let (mut start, mut len) = (0u64, 0u64);
+        // SAFETY: the pci_dev is valid; the out pointers are to our locals.
+        let bar = unsafe { shim::p2pdirect_bar_of_bus_addr(self.0.as_ptr(), bus, &mut start, &mut len) };
+        u32::try_from(bar).ok().map(|bar| (bar, start, len))
     }
 }
 
@@ -238,12 +288,11 @@ unsafe impl Send for P2pMem {}
 unsafe impl Sync for P2pMem {}
 
 impl P2pMem {
-    /// Takes `size` bytes (whole pages) from the P2PDMA pool of `dev`.
-    pub(crate) fn alloc(dev: &pci::Device<kernel::device::Core<'_>>, size: usize) -> Result<Self> {
+    /// Takes `size` bytes (whole pages) from the P2PDMA pool of `pdev`.
+    pub(crate) fn alloc(pdev: PciFunction, size: usize) -> Result<Self> {
         if size == 0 || size % PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
-        let pdev = PciFunction::from_pci(dev);
         // SAFETY: `pdev` is valid; a null return means no memory.
         let raw = unsafe { shim::p2pdirect_p2pmem_alloc(pdev.0.as_ptr(), size) };
         let kaddr = NonNull::new(raw.cast::<u8>()).ok_or(ENOMEM)?;

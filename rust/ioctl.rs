@@ -8,6 +8,7 @@
 
 use crate::{
     chardev::OpenFile,
+    devmem::Kind,
     ffi::{self, uapi},
 };
 use kernel::{fs::File, ioctl, prelude::*};
@@ -49,7 +50,10 @@ fn list_providers(arg: usize) -> Result<isize> {
         let usage = p.usage();
         let mut info = uapi::p2pdirect_provider_info {
             index: p.index,
-            kind: uapi::P2PDIRECT_PROVIDER_BAR,
+            kind: match p.kind {
+                Kind::Bar => uapi::P2PDIRECT_PROVIDER_BAR,
+                Kind::Published => uapi::P2PDIRECT_PROVIDER_PUBLISHED,
+            },
             pci_addr: p.pdev.addr(),
             bar: p.bar,
             bar_size: p.bar_size,

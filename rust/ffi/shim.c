@@ -166,3 +166,41 @@ bool p2pdirect_vma_may_share(struct vm_area_struct *vma)
 {
 	return !!(vma->vm_flags & VM_MAYSHARE);
 }
+
+/*
+ * Walks the PCI functions whose P2PDMA memory their driver published (the
+ * NVMe CMB, for one): NULL starts, the previous one continues (its reference
+ * is dropped), NULL ends. The returned device holds a reference.
+ */
+struct pci_dev *p2pdirect_next_published(struct pci_dev *prev)
+{
+	struct pci_dev *pdev = prev;
+
+	while ((pdev = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, pdev)))
+		if (pci_has_p2pmem(pdev))
+			return pdev;
+	return NULL;
+}
+
+bool p2pdirect_has_published_p2pmem(struct pci_dev *pdev)
+{
+	return pci_has_p2pmem(pdev);
+}
+
+/* The memory BAR that holds bus address @bus: its index, bus start and size. */
+int p2pdirect_bar_of_bus_addr(struct pci_dev *pdev, u64 bus, u64 *start, u64 *len)
+{
+	int bar;
+
+	for (bar = 0; bar < PCI_STD_NUM_BARS; bar++) {
+		u64 s = pci_bus_address(pdev, bar), l = pci_resource_len(pdev, bar);
+
+		if ((pci_resource_flags(pdev, bar) & IORESOURCE_MEM) && l && bus >= s &&
+		    bus - s < l) {
+			*start = s;
+			*len = l;
+			return bar;
+		}
+	}
+	return -ENOENT;
+}

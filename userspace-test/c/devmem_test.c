@@ -126,7 +126,18 @@ FIXTURE(dm) {
 	int fd;
 	int n;
 	struct p2pdirect_provider_info p[8];
+	/* The two emulated GPUs (kind BAR) and the NVMe CMB (kind PUBLISHED). */
+	struct p2pdirect_provider_info *gpu[2], *cmb;
 };
+
+static struct p2pdirect_provider_info *by_addr(struct p2pdirect_provider_info *p, int n,
+					      __u32 addr)
+{
+	for (int i = 0; i < n; i++)
+		if (p[i].pci_addr == addr)
+			return &p[i];
+	return NULL;
+}
 
 FIXTURE_SETUP(dm)
 {
@@ -134,6 +145,13 @@ FIXTURE_SETUP(dm)
 	ASSERT_GE(self->fd, 0) TH_LOG("open %s: %s", DEV_PATH, strerror(errno));
 	self->n = list(self->fd, self->p, 8);
 	ASSERT_GE(self->n, 2) TH_LOG("need two emulated GPUs, found %d", self->n);
+	for (int i = 0, g = 0; i < self->n; i++) {
+		if (self->p[i].kind == P2PDIRECT_PROVIDER_BAR && g < 2)
+			self->gpu[g++] = &self->p[i];
+		else if (self->p[i].kind == P2PDIRECT_PROVIDER_PUBLISHED)
+			self->cmb = &self->p[i];
+	}
+	ASSERT_NE(NULL, self->gpu[1]) TH_LOG("need two emulated GPUs");
 }
 
 FIXTURE_TEARDOWN(dm)
@@ -149,6 +167,8 @@ TEST_F(dm, providers_and_reachability)
 		int sw = 0, rp = 0;
 		char name[32];
 
+		if (p->kind != P2PDIRECT_PROVIDER_BAR)
+			continue;
 		pci_name(p->pci_addr, name, sizeof(name));
 		TH_LOG("provider %u: %s BAR%u %llu MiB bus %#llx, %u NVMe", p->index, name,
 		       p->bar, (unsigned long long)(p->bar_size >> 20),
@@ -198,7 +218,7 @@ TEST_F(dm, list_count_only_and_efault)
 TEST_F(dm, cpu_pattern_reaches_bar)
 {
 	struct p2pdirect_alloc filler, lo, target, hi;
-	struct p2pdirect_provider_info *p = &self->p[0];
+	struct p2pdirect_provider_info *p = self->gpu[0];
 	__u8 *m;
 
 	/* Deep in the BAR, where no other test writes: 48 MiB in. */
@@ -226,8 +246,8 @@ TEST_F(dm, two_gpus_at_once)
 	__u8 *m[2];
 
 	for (int g = 0; g < 2; g++) {
-		ASSERT_EQ(0, do_alloc(self->fd, self->p[g].index, 40 * MiB, 0, &filler[g]));
-		ASSERT_EQ(0, do_alloc(self->fd, self->p[g].index, 1 * MiB, 0, &a[g]));
+		ASSERT_EQ(0, do_alloc(self->fd, self->gpu[g]->index, 40 * MiB, 0, &filler[g]));
+		ASSERT_EQ(0, do_alloc(self->fd, self->gpu[g]->index, 1 * MiB, 0, &a[g]));
 		m[g] = map(self->fd, &a[g]);
 		ASSERT_NE(MAP_FAILED, m[g]);
 	}
@@ -235,21 +255,21 @@ TEST_F(dm, two_gpus_at_once)
 	fill(m[1], a[1].size, 0x22);
 	EXPECT_EQ(0u, mismatches(m[0], a[0].size, 0x11));
 	EXPECT_EQ(0u, mismatches(m[1], a[1].size, 0x22));
-	hostcheck(&self->p[0], a[0].provider_offset, a[0].size, 0x11, 0);
-	hostcheck(&self->p[1], a[1].provider_offset, a[1].size, 0x22, 0);
+	hostcheck(self->gpu[0], a[0].provider_offset, a[0].size, 0x11, 0);
+	hostcheck(self->gpu[1], a[1].provider_offset, a[1].size, 0x22, 0);
 }
 
 TEST_F(dm, alignment_is_honoured)
 {
 	struct p2pdirect_alloc small, big;
 
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 4096, 0, &small));
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 4096, 8 * MiB, &big));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[0]->index, 4096, 0, &small));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[0]->index, 4096, 8 * MiB, &big));
 	EXPECT_EQ(0u, big.provider_offset % (8 * MiB));
 	EXPECT_EQ(0u, big.bus_addr % (8 * MiB));
 	EXPECT_NE(small.provider_offset, big.provider_offset);
 	/* Sizes round up to whole pages. */
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 1, 0, &small));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[0]->index, 1, 0, &small));
 	EXPECT_EQ((__u64)getpagesize(), small.size);
 }
 
@@ -260,27 +280,27 @@ TEST_F(dm, exhaustion_and_recovery)
 	int n = 0;
 
 	/* 4 MiB chunks until the 64 MiB BAR is full. */
-	while (n < 64 && !do_alloc(self->fd, self->p[0].index, 4 * MiB, 0, &a[n]))
+	while (n < 64 && !do_alloc(self->fd, self->gpu[0]->index, 4 * MiB, 0, &a[n]))
 		n++;
 	EXPECT_EQ(16, n);
-	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->p[0].index, 4096, 0, &extra));
+	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->gpu[0]->index, 4096, 0, &extra));
 	ASSERT_EQ(self->n, list(self->fd, now, 8));
-	EXPECT_EQ(0u, now[0].bytes_free);
-	EXPECT_EQ(64 * MiB, now[0].bytes_used);
+	EXPECT_EQ(0u, by_addr(now, self->n, self->gpu[0]->pci_addr)->bytes_free);
+	EXPECT_EQ(64 * MiB, by_addr(now, self->n, self->gpu[0]->pci_addr)->bytes_used);
 	/* The other GPU is untouched. */
-	EXPECT_EQ(now[1].bytes_total, now[1].bytes_free);
+	EXPECT_EQ(0u, by_addr(now, self->n, self->gpu[1]->pci_addr)->bytes_used);
 	/* Free one in the middle: exactly that hole can be reused. */
 	ASSERT_EQ(0, do_free(self->fd, a[5].handle));
-	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->p[0].index, 4 * MiB + 4096, 0, &extra));
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 4 * MiB, 0, &extra));
+	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->gpu[0]->index, 4 * MiB + 4096, 0, &extra));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[0]->index, 4 * MiB, 0, &extra));
 	EXPECT_EQ(a[5].provider_offset, extra.provider_offset);
 	a[5] = extra;
 	for (int i = 0; i < n; i++)
 		EXPECT_EQ(0, do_free(self->fd, a[i].handle));
 	ASSERT_EQ(self->n, list(self->fd, now, 8));
-	EXPECT_EQ(now[0].bytes_total, now[0].bytes_free);
+	EXPECT_EQ(0u, by_addr(now, self->n, self->gpu[0]->pci_addr)->bytes_used);
 	/* And the whole BAR in one piece. */
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 64 * MiB, 0, &extra));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[0]->index, 64 * MiB, 0, &extra));
 	EXPECT_EQ(0, do_free(self->fd, extra.handle));
 }
 
@@ -294,17 +314,17 @@ TEST_F(dm, close_frees_everything)
 
 	ASSERT_GE(fd2, 0);
 	for (int g = 0; g < 2; g++)
-		ASSERT_EQ(0, do_alloc(fd2, self->p[g].index, 8 * MiB, 0, &a));
+		ASSERT_EQ(0, do_alloc(fd2, self->gpu[g]->index, 8 * MiB, 0, &a));
 	m = map(fd2, &a);
 	ASSERT_NE(MAP_FAILED, m);
 	ASSERT_EQ(0, munmap(m, a.size));
 	ASSERT_EQ(self->n, list(self->fd, now, 8));
-	EXPECT_EQ(8 * MiB, now[0].bytes_used);
-	EXPECT_EQ(8 * MiB, now[1].bytes_used);
+	EXPECT_EQ(8 * MiB, by_addr(now, self->n, self->gpu[0]->pci_addr)->bytes_used);
+	EXPECT_EQ(8 * MiB, by_addr(now, self->n, self->gpu[1]->pci_addr)->bytes_used);
 	ASSERT_EQ(0, close(fd2));
 	ASSERT_EQ(self->n, list(self->fd, now, 8));
 	for (int g = 0; g < self->n; g++)
-		EXPECT_EQ(now[g].bytes_total, now[g].bytes_free);
+		EXPECT_EQ(0u, now[g].bytes_used);
 }
 
 /* A mapping keeps the file's memory alive after close; munmap then frees it. */
@@ -316,18 +336,18 @@ TEST_F(dm, mapping_outlives_close)
 	__u8 *m;
 
 	ASSERT_GE(fd2, 0);
-	ASSERT_EQ(0, do_alloc(fd2, self->p[1].index, 2 * MiB, 0, &a));
+	ASSERT_EQ(0, do_alloc(fd2, self->gpu[1]->index, 2 * MiB, 0, &a));
 	m = map(fd2, &a);
 	ASSERT_NE(MAP_FAILED, m);
 	ASSERT_EQ(0, close(fd2));
 	fill(m, 4096, 0x33);
 	EXPECT_EQ(0u, mismatches(m, 4096, 0x33));
-	hostcheck(&self->p[1], a.provider_offset, 4096, 0x33, 0);
+	hostcheck(self->gpu[1], a.provider_offset, 4096, 0x33, 0);
 	ASSERT_EQ(self->n, list(self->fd, now, 8));
-	EXPECT_EQ(2 * MiB, now[1].bytes_used);
+	EXPECT_EQ(2 * MiB, by_addr(now, self->n, self->gpu[1]->pci_addr)->bytes_used);
 	ASSERT_EQ(0, munmap(m, a.size));
 	ASSERT_EQ(self->n, list(self->fd, now, 8));
-	EXPECT_EQ(0u, now[1].bytes_used);
+	EXPECT_EQ(0u, by_addr(now, self->n, self->gpu[1]->pci_addr)->bytes_used);
 }
 
 TEST_F(dm, free_while_mapped_is_ebusy)
@@ -335,7 +355,7 @@ TEST_F(dm, free_while_mapped_is_ebusy)
 	struct p2pdirect_alloc a;
 	void *m;
 
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 1 * MiB, 0, &a));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[0]->index, 1 * MiB, 0, &a));
 	m = map(self->fd, &a);
 	ASSERT_NE(MAP_FAILED, m);
 	EXPECT_EQ(-EBUSY, do_free(self->fd, a.handle));
@@ -358,7 +378,7 @@ TEST_F(dm, fork_child_has_no_mapping)
 	int status;
 	pid_t pid;
 
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 64 * KiB, 0, &a));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[0]->index, 64 * KiB, 0, &a));
 	m = map(self->fd, &a);
 	ASSERT_NE(MAP_FAILED, m);
 	m[0] = 0x44;
@@ -380,7 +400,7 @@ TEST_F(dm, fork_child_has_no_mapping)
 	EXPECT_EQ(SIGSEGV, WEXITSTATUS(status));
 	/* The parent still has it. */
 	EXPECT_EQ(0x44, m[0]);
-	hostcheck(&self->p[0], a.provider_offset, 1, 0x44, 0);
+	hostcheck(self->gpu[0], a.provider_offset, 1, 0x44, 0);
 	munmap(m, a.size);
 }
 
@@ -388,14 +408,14 @@ TEST_F(dm, bad_alloc_input)
 {
 	struct p2pdirect_alloc a;
 
-	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->p[0].index, 0, 0, &a));
-	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->p[0].index, 64 * MiB + 4096, 0, &a));
-	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->p[0].index, ~0ull, 0, &a));
-	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->p[0].index, 4096, 3, &a));
-	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->p[0].index, 4096, 3 * MiB, &a));
+	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->gpu[0]->index, 0, 0, &a));
+	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->gpu[0]->index, 64 * MiB + 4096, 0, &a));
+	EXPECT_EQ(-ENOMEM, do_alloc(self->fd, self->gpu[0]->index, ~0ull, 0, &a));
+	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->gpu[0]->index, 4096, 3, &a));
+	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->gpu[0]->index, 4096, 3 * MiB, &a));
 	EXPECT_EQ(-ENODEV, do_alloc(self->fd, 12345, 4096, 0, &a));
 	memset(&a, 0, sizeof(a));
-	a.provider = self->p[0].index;
+	a.provider = self->gpu[0]->index;
 	a.size = 4096;
 	a.flags = 1;
 	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_ALLOC, &a));
@@ -411,7 +431,7 @@ TEST_F(dm, bad_free_input)
 
 	ASSERT_GE(fd2, 0);
 	EXPECT_EQ(-ENOENT, do_free(self->fd, 999999));
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 4096, 0, &a));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[0]->index, 4096, 0, &a));
 	/* Another file's handle. */
 	EXPECT_EQ(-ENOENT, do_free(fd2, a.handle));
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
@@ -427,8 +447,8 @@ TEST_F(dm, bad_mmap_input)
 	void *m;
 
 	ASSERT_GE(fd2, 0);
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[0].index, 1 * MiB, 0, &a));
-	ASSERT_EQ(0, do_alloc(fd2, self->p[0].index, 1 * MiB, 0, &b));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[0]->index, 1 * MiB, 0, &a));
+	ASSERT_EQ(0, do_alloc(fd2, self->gpu[0]->index, 1 * MiB, 0, &b));
 	/* Wrong size, both ways. */
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, a.size / 2, PROT_READ | PROT_WRITE, MAP_SHARED,
 				   self->fd, a.mmap_offset));
@@ -464,6 +484,32 @@ TEST_F(dm, bad_mmap_input)
 	close(fd2);
 }
 
+/* Opens namespace 1 of the NVMe controller with serial @serial, O_DIRECT. */
+static int open_nvme(const char *serial)
+{
+	char path[64], buf[64];
+	int fd = -1;
+	glob_t g;
+
+	if (glob("/sys/class/nvme/nvme*", 0, NULL, &g))
+		return -1;
+	for (size_t i = 0; i < g.gl_pathc && fd < 0; i++) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/serial", g.gl_pathv[i]);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f) && !strncmp(buf, serial, strlen(serial))) {
+			snprintf(path, sizeof(path), "/dev/%sn1", strrchr(g.gl_pathv[i], '/') + 1);
+			fd = open(path, O_RDWR | O_DIRECT);
+		}
+		fclose(f);
+	}
+	globfree(&g);
+	return fd;
+}
+
 /*
  * The mapping holds real P2PDMA pages: O_DIRECT from the NVMe behind the
  * switch into it pins them with FOLL_PCI_P2PDMA and the controller DMAs into
@@ -471,45 +517,26 @@ TEST_F(dm, bad_mmap_input)
  */
 TEST_F(dm, odirect_read_into_device_memory)
 {
-	const char *dev = NULL;
 	struct p2pdirect_alloc a;
-	char path[64], serial[64];
 	__u8 *m;
 	__u8 *ram;
-	glob_t g;
-	int nfd;
+	int nfd = open_nvme("p2pnvme-sw");
 
-	ASSERT_EQ(0, glob("/sys/class/nvme/nvme*", 0, NULL, &g));
-	for (size_t i = 0; i < g.gl_pathc && !dev; i++) {
-		FILE *f;
-
-		snprintf(path, sizeof(path), "%s/serial", g.gl_pathv[i]);
-		f = fopen(path, "r");
-		if (f && fgets(serial, sizeof(serial), f) && !strncmp(serial, "p2pnvme-sw", 10)) {
-			snprintf(path, sizeof(path), "/dev/%sn1", strrchr(g.gl_pathv[i], '/') + 1);
-			dev = path;
-		}
-		if (f)
-			fclose(f);
-	}
-	globfree(&g);
-	ASSERT_NE(NULL, dev);
-	nfd = open(dev, O_RDWR | O_DIRECT);
-	ASSERT_GE(nfd, 0) TH_LOG("open %s: %s", dev, strerror(errno));
+	ASSERT_GE(nfd, 0) TH_LOG("open the namespace of p2pnvme-sw: %s", strerror(errno));
 
 	/* Known data on the namespace, written from RAM. */
 	ASSERT_EQ(0, posix_memalign((void **)&ram, 4096, 1 * MiB));
 	fill(ram, 1 * MiB, 0x77);
 	ASSERT_EQ((ssize_t)MiB, pwrite(nfd, ram, MiB, 16 * MiB));
 
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[1].index, 52 * MiB, 0, &a));
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[1].index, 1 * MiB, 0, &a));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[1]->index, 52 * MiB, 0, &a));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[1]->index, 1 * MiB, 0, &a));
 	m = map(self->fd, &a);
 	ASSERT_NE(MAP_FAILED, m);
 	ASSERT_EQ((ssize_t)MiB, pread(nfd, m, MiB, 16 * MiB))
 		TH_LOG("O_DIRECT pread into device memory: %s", strerror(errno));
 	EXPECT_EQ(0u, mismatches(m, MiB, 0x77));
-	hostcheck(&self->p[1], a.provider_offset, MiB, 0x77, 0);
+	hostcheck(self->gpu[1], a.provider_offset, MiB, 0x77, 0);
 	munmap(m, a.size);
 	free(ram);
 	close(nfd);
@@ -540,8 +567,8 @@ TEST_F(dm, z_device_removal_revokes_mappings)
 	__u8 *m;
 	int sig;
 
-	pci_name(self->p[1].pci_addr, name, sizeof(name));
-	ASSERT_EQ(0, do_alloc(self->fd, self->p[1].index, 2 * MiB, 0, &a));
+	pci_name(self->gpu[1]->pci_addr, name, sizeof(name));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu[1]->index, 2 * MiB, 0, &a));
 	m = map(self->fd, &a);
 	ASSERT_NE(MAP_FAILED, m);
 	(void)__atomic_load_n(&m[0], __ATOMIC_RELAXED);
@@ -561,16 +588,72 @@ TEST_F(dm, z_device_removal_revokes_mappings)
 	signal(SIGSEGV, SIG_DFL);
 
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
-	EXPECT_EQ(-ENODEV, do_alloc(self->fd, self->p[1].index, 4096, 0, &a));
+	EXPECT_EQ(-ENODEV, do_alloc(self->fd, self->gpu[1]->index, 4096, 0, &a));
 	munmap(m, 2 * MiB);
 
 	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", name))
 		TH_LOG("bind %s: %s", name, strerror(errno));
 	ASSERT_EQ(self->n, list(self->fd, now, 8));
 	for (int i = 0; i < self->n; i++) {
-		EXPECT_EQ(64 * MiB, now[i].bytes_total);
-		EXPECT_EQ(now[i].bytes_total, now[i].bytes_free);
+		if (now[i].kind == P2PDIRECT_PROVIDER_BAR)
+			EXPECT_EQ(64 * MiB, now[i].bytes_total);
+		EXPECT_EQ(0u, now[i].bytes_used);
 	}
+}
+
+/*
+ * The NVMe behind the switch publishes its CMB as P2PDMA memory: p2pdirect
+ * lists it as a second kind of provider and allocates from it.
+ */
+TEST_F(dm, published_cmb_provider)
+{
+	struct p2pdirect_provider_info now[8], *c = self->cmb;
+	struct p2pdirect_alloc a;
+	char serial[64];
+	__u8 *m, *ram;
+	int nfd;
+
+	ASSERT_NE(NULL, c) TH_LOG("no PUBLISHED provider (the NVMe CMB) listed");
+	nvme_serial(c->pci_addr, serial, sizeof(serial));
+	EXPECT_STREQ("p2pnvme-sw", serial);
+	EXPECT_GE(c->bar_size, 16 * MiB);
+	for (unsigned int i = 0; i < c->num_clients; i++) {
+		nvme_serial(c->clients[i].pci_addr, serial, sizeof(serial));
+		/* Distance 0 to itself; the NVMe on the root port cannot reach it. */
+		EXPECT_EQ(strcmp(serial, "p2pnvme-sw") ? -1 : 0, c->clients[i].distance);
+	}
+
+	ASSERT_EQ(0, do_alloc(self->fd, c->index, 1 * MiB, 1 * MiB, &a))
+		TH_LOG("ALLOC from the CMB: %s", strerror(errno));
+	EXPECT_EQ(0u, a.bus_addr % MiB);
+	EXPECT_GE(a.bus_addr, c->bus_addr);
+	EXPECT_LE(a.bus_addr + a.size, c->bus_addr + c->bar_size);
+	EXPECT_EQ(a.bus_addr - c->bus_addr, a.provider_offset);
+	ASSERT_EQ(self->n, list(self->fd, now, 8));
+	EXPECT_EQ(MiB, by_addr(now, self->n, c->pci_addr)->bytes_used);
+
+	m = map(self->fd, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	fill(m, 4096, 0x66);
+	EXPECT_EQ(0u, mismatches(m, 4096, 0x66));
+
+	/* The controller DMAs a read into its own CMB. */
+	nfd = open_nvme("p2pnvme-sw");
+	ASSERT_GE(nfd, 0);
+	ASSERT_EQ(0, posix_memalign((void **)&ram, 4096, MiB));
+	fill(ram, MiB, 0x99);
+	ASSERT_EQ((ssize_t)MiB, pwrite(nfd, ram, MiB, 20 * MiB));
+	ASSERT_EQ((ssize_t)MiB, pread(nfd, m, MiB, 20 * MiB))
+		TH_LOG("O_DIRECT pread into the CMB: %s", strerror(errno));
+	EXPECT_EQ(0u, mismatches(m, MiB, 0x99));
+	free(ram);
+	close(nfd);
+
+	EXPECT_EQ(-EBUSY, do_free(self->fd, a.handle));
+	ASSERT_EQ(0, munmap(m, a.size));
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	ASSERT_EQ(self->n, list(self->fd, now, 8));
+	EXPECT_EQ(0u, by_addr(now, self->n, c->pci_addr)->bytes_used);
 }
 
 TEST_HARNESS_MAIN

@@ -82,9 +82,11 @@ struct p2pdirect_client_info {
  * @bar: the BAR that holds the memory
  * @bar_size: size of that BAR
  * @bus_addr: PCI bus address of the first byte of the memory
- * @bytes_total: memory p2pdirect can allocate from this provider
- * @bytes_free: of which free now
- * @bytes_used: of which allocated now (by any open file)
+ * @bytes_total: memory p2pdirect can allocate from this provider; for
+ *               PUBLISHED providers the size of the BAR that holds the pool
+ * @bytes_free: of which free now; for PUBLISHED providers an upper bound (the
+ *              owning driver and other users allocate from the same pool)
+ * @bytes_used: of which p2pdirect's open files hold now
  * @num_clients: valid entries in @clients
  * @pad: zero
  * @clients: reachability of every NVMe controller present
@@ -127,6 +129,7 @@ struct p2pdirect_list_providers {
  *               length == @size, no PROT_EXEC)
  * @bus_addr: out, PCI bus address of the allocation's first byte
  * @provider_offset: out, offset of the allocation within the provider's memory
+ *                   (PUBLISHED: from @bus_addr of the provider, its BAR start)
  *
  * Errors: -EINVAL size 0, alignment not a power of two, flags set;
  * -ENOMEM not enough free memory on the provider; -ENODEV unknown provider.

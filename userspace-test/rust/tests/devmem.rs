@@ -12,11 +12,19 @@ fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
         .unwrap_or(0)
 }
 
+/// The emulated GPUs (providers of kind BAR).
+fn gpus(dev: &Device) -> Vec<p2pdirect::Provider> {
+    let all = dev.providers().unwrap();
+    all.into_iter()
+        .filter(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)
+        .collect()
+}
+
 #[test]
 fn providers_reachability() {
     let dev = Device::open().unwrap();
-    let ps = dev.providers().unwrap();
-    assert!(ps.len() >= 2, "two emulated GPUs expected, got {ps:?}");
+    let ps = gpus(&dev);
+    assert_eq!(ps.len(), 2, "two emulated GPUs expected, got {ps:?}");
     for p in &ps {
         assert_eq!(p.kind, sys::P2PDIRECT_PROVIDER_BAR);
         assert_eq!(p.bar_size, 64 * MIB);
@@ -31,7 +39,7 @@ fn providers_reachability() {
 #[test]
 fn alloc_map_write_read_free() {
     let dev = Device::open().unwrap();
-    let p = dev.providers().unwrap()[1].clone();
+    let p = gpus(&dev)[1].clone();
     let a = dev.alloc(p.index, 3 * MIB, 0).unwrap();
     assert_eq!(a.size, 3 * MIB);
     assert_eq!(a.bus_addr, p.bus_addr + a.provider_offset);
@@ -47,14 +55,33 @@ fn alloc_map_write_read_free() {
     drop(m);
     dev.free(a.handle).unwrap();
     assert_eq!(errno(dev.free(a.handle)), libc::ENOENT);
-    let after = dev.providers().unwrap()[1].clone();
+    let after = gpus(&dev)[1].clone();
     assert_eq!(after.bytes_used, p.bytes_used);
+}
+
+#[test]
+fn published_cmb_is_listed_and_allocatable() {
+    let dev = Device::open().unwrap();
+    let cmb = dev
+        .providers()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.kind == sys::P2PDIRECT_PROVIDER_PUBLISHED)
+        .expect("the NVMe CMB is listed as a PUBLISHED provider");
+    let a = dev.alloc(cmb.index, 64 << 10, 0).unwrap();
+    let m = dev.map(&a).unwrap();
+    m.write(0, b"cmb").unwrap();
+    let mut back = [0u8; 3];
+    m.read(0, &mut back).unwrap();
+    assert_eq!(&back, b"cmb");
+    drop(m);
+    dev.free(a.handle).unwrap();
 }
 
 #[test]
 fn bad_input() {
     let dev = Device::open().unwrap();
-    let p = dev.providers().unwrap()[0].clone();
+    let p = gpus(&dev)[0].clone();
     assert_eq!(errno(dev.alloc(p.index, 0, 0)), libc::EINVAL);
     assert_eq!(errno(dev.alloc(p.index, 4096, 12345)), libc::EINVAL);
     assert_eq!(

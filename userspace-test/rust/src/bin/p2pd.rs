@@ -34,13 +34,19 @@ fn info(dev: &Device) -> Result<(), String> {
         .map_err(|e| format!("LIST_PROVIDERS: {e}"))?;
     println!("device-memory providers: {}", providers.len());
     println!(
-        "  {:>3}  {:<12}  {:>4}  {:>8}  {:>12}  {:>8}  {:>8}",
-        "idx", "pci", "bar", "size MiB", "bus addr", "free MiB", "used MiB"
+        "  {:>3}  {:<9}  {:<12}  {:>4}  {:>8}  {:>12}  {:>8}  {:>8}",
+        "idx", "kind", "pci", "bar", "size MiB", "bus addr", "free MiB", "used MiB"
     );
     for p in &providers {
+        let kind = match p.kind {
+            sys::P2PDIRECT_PROVIDER_BAR => "bar",
+            sys::P2PDIRECT_PROVIDER_PUBLISHED => "published",
+            _ => "?",
+        };
         println!(
-            "  {:>3}  {:<12}  {:>4}  {:>8}  {:>#12x}  {:>8}  {:>8}",
+            "  {:>3}  {:<9}  {:<12}  {:>4}  {:>8}  {:>#12x}  {:>8}  {:>8}",
             p.index,
+            kind,
             p.pci_addr.to_string(),
             p.bar,
             p.bar_size >> 20,

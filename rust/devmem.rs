@@ -198,7 +198,7 @@ pub(crate) fn refresh_published() -> Result {
 pub(crate) fn provider(index: u32) -> Option<Arc<Provider>> {
     let find = || ffi::providers().iter().find(|p| p.index == index).cloned();
     // A provider published since the last LIST is found on a second look.
-    find().or_else(|| refresh_published().ok().and_then(|_| find()))
+    find().or_else(|| refresh_published().ok().and_then(|()| find()))
 }
 
 /// Every provider now, by index.

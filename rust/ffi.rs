@@ -237,7 +237,8 @@ impl PciFunction {
     pub(crate) fn bar_of_bus_addr(&self, bus: u64) -> Option<(u32, u64, u64)> {
         let (mut start, mut len) = (0u64, 0u64);
         // SAFETY: the pci_dev is valid; the out pointers are to our locals.
-        let bar = unsafe { shim::p2pdirect_bar_of_bus_addr(self.0.as_ptr(), bus, &mut start, &mut len) };
+        let bar =
+            unsafe { shim::p2pdirect_bar_of_bus_addr(self.0.as_ptr(), bus, &mut start, &mut len) };
         u32::try_from(bar).ok().map(|bar| (bar, start, len))
     }
 }

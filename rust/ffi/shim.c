@@ -12,6 +12,8 @@
 #include <linux/pci-p2pdma.h>
 #include <linux/ratelimit.h>
 
+#include "shim.h"
+
 static DEFINE_RATELIMIT_STATE(p2pdirect_rs, 5 * HZ, 10);
 
 bool p2pdirect_ratelimit(void)
@@ -168,6 +170,21 @@ bool p2pdirect_vma_may_share(struct vm_area_struct *vma)
 }
 
 /*
+ * Whether @pdev's driver published P2PDMA memory (pci_has_p2pmem() is private
+ * to the PCI core): the published provider closest to a device is the device
+ * itself, at distance 0, exactly when it published.
+ */
+bool p2pdirect_has_published_p2pmem(struct pci_dev *pdev)
+{
+	struct device *client = &pdev->dev;
+	struct pci_dev *closest = pci_p2pmem_find_many(&client, 1);
+	bool published = closest == pdev;
+
+	pci_dev_put(closest);
+	return published;
+}
+
+/*
  * Walks the PCI functions whose P2PDMA memory their driver published (the
  * NVMe CMB, for one): NULL starts, the previous one continues (its reference
  * is dropped), NULL ends. The returned device holds a reference.
@@ -177,14 +194,9 @@ struct pci_dev *p2pdirect_next_published(struct pci_dev *prev)
 	struct pci_dev *pdev = prev;
 
 	while ((pdev = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, pdev)))
-		if (pci_has_p2pmem(pdev))
+		if (p2pdirect_has_published_p2pmem(pdev))
 			return pdev;
 	return NULL;
-}
-
-bool p2pdirect_has_published_p2pmem(struct pci_dev *pdev)
-{
-	return pci_has_p2pmem(pdev);
 }
 
 /* The memory BAR that holds bus address @bus: its index, bus start and size. */

@@ -45,4 +45,25 @@ summary 1 "1 passed, 1 failed" "a suite without a plan fails" < <(printf '# suit
 summary 1 "1 passed, 1 failed" "a suite that exits non-zero with all ok fails" < <(printf '# suite: a\n1..1\nok 1 x\n# suite-exit: a 139\n')
 summary 1 "0 passed, 0 failed" "no tests at all is not a pass" </dev/null
 echo "1..$n"
+
+echo "# suite: host-hostcheck"
+n=0
+# A 1 MiB "GPU" with seed-7 pattern at 64 KiB, 4 KiB long, zero guards around.
+python3 - "$tmp/gpu0.mem" <<'PY'
+import sys
+buf = bytearray(1 << 20)
+buf[65536:65536 + 4096] = bytes(((i * 7 + 7 + (i >> 12)) & 0xff) for i in range(4096))
+open(sys.argv[1], 'wb').write(buf)
+PY
+printf '# GPUMAP 0000:04:00.0 0000:02:01.0\n# HOSTCHECK gpu=0000:04:00.0 off=65536 len=4096 seed=7 guard=4096\n' >"$tmp/tap"
+hostcheck() { "$ci/hostcheck.py" "$tmp/tap" "$tmp" | grep -c '^not ok'; }
+[ "$(hostcheck)" = 0 ] && ok "hostcheck finds a recorded pattern" || notok "hostcheck finds a recorded pattern"
+printf '\x01' | dd of="$tmp/gpu0.mem" bs=1 seek=$((65536 - 1)) conv=notrunc status=none
+[ "$(hostcheck)" = 1 ] && ok "hostcheck sees a changed guard byte" || notok "hostcheck sees a changed guard byte"
+printf '\x00' | dd of="$tmp/gpu0.mem" bs=1 seek=$((65536 - 1)) conv=notrunc status=none
+printf '\x00' | dd of="$tmp/gpu0.mem" bs=1 seek=$((65536 + 100)) conv=notrunc status=none
+[ "$(hostcheck)" = 1 ] && ok "hostcheck sees a wrong data byte" || notok "hostcheck sees a wrong data byte"
+printf '# GPUMAP 0000:04:00.0 0000:02:01.0\n' >"$tmp/tap"
+[ "$(hostcheck)" = 1 ] && ok "hostcheck fails when nothing was recorded" || notok "hostcheck fails when nothing was recorded"
+echo "1..$n"
 exit 0

@@ -34,6 +34,9 @@ for line in sys.stdin:
         print(m["executable"])')
 [ -n "$rust_tests" ] || die "no Rust test binaries were built"
 
+# Keep the last 10 runs for inspection, drop older ones.
+mkdir -p "$P2P_CACHE/runs"
+ls -1dt "$P2P_CACHE"/runs/*/ 2>/dev/null | tail -n +10 | xargs -r rm -rf
 run=$(mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX" 2>/dev/null ||
 	{ mkdir -p "$P2P_CACHE/runs" && mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX"; })
 shm_prefix="/dev/shm/p2pdirect-$(basename "$run")"

@@ -56,7 +56,7 @@ cp /bin/busybox "$root/bin/busybox"
 cp "$here/guest/init" "$root/init"
 cp "$here/guest/guest-lib.sh" "$root/tests/"
 cp "$repo/p2pdirect.ko" "$root/"
-cp "$repo/userspace-test/c/p2pdirect_test" "$repo/userspace-test/c/devmem_test" "$root/tests/"
+cp "$repo"/userspace-test/c/{p2pdirect_test,devmem_test,peermem_test} "$root/tests/"
 cp "$repo/userspace-test/rust/target/release/p2pd" "$root/tests/"
 for t in $rust_tests; do
 	cp "$t" "$root/tests/rust-$(basename "$t" | sed 's/-[0-9a-f]*$//')"

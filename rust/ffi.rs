@@ -59,6 +59,20 @@ mod shim {
         pub(super) fn p2pdirect_vma_may_share(vma: *mut vm_area_struct) -> bool;
         pub(super) fn p2pdirect_next_published(prev: *mut pci_dev) -> *mut pci_dev;
         pub(super) fn p2pdirect_has_published_p2pmem(pdev: *mut pci_dev) -> bool;
+        pub(super) fn p2pdirect_user_range_is_devmem(addr: u64, len: u64) -> bool;
+        pub(super) fn p2pdirect_user_addr_is_p2pdma(addr: u64) -> c_int;
+        pub(super) fn p2pdirect_pin_user(addr: u64, len: u64, write: bool) -> *mut c_void;
+        pub(super) fn p2pdirect_pin_is_p2pdma(pin: *mut c_void) -> bool;
+        pub(super) fn p2pdirect_pin_dma_map(pin: *mut c_void, pdev: *mut pci_dev) -> c_int;
+        pub(super) fn p2pdirect_pin_dma_segs(
+            pin: *mut c_void,
+            addr: *mut u64,
+            len: *mut u64,
+            max: kernel::ffi::c_uint,
+        ) -> kernel::ffi::c_uint;
+        pub(super) fn p2pdirect_pin_dma_unmap(pin: *mut c_void);
+        pub(super) fn p2pdirect_unpin(pin: *mut c_void);
+        pub(super) fn p2pdirect_block_dma_pci(file: *mut file) -> *mut pci_dev;
         pub(super) fn p2pdirect_bar_of_bus_addr(
             pdev: *mut pci_dev,
             bus: u64,
@@ -72,6 +86,18 @@ kernel::sync::global_lock! {
     // SAFETY: `init_globals` initialises it first thing in module init, before
     // the PCI driver or the misc device that use it are registered.
     pub(crate) unsafe(uninit) static PROVIDERS: Mutex<KVec<Arc<crate::devmem::Provider>>> = KVec::new();
+}
+
+kernel::sync::global_lock! {
+    // SAFETY: `Globals::init` initialises it first thing in module init,
+    // before the misc device that uses it is registered.
+    pub(crate) unsafe(uninit) static PEER_CLIENTS: Mutex<crate::peer_mem::Registry> =
+        crate::peer_mem::Registry::new();
+}
+
+/// The peer-memory client registry (a leaf lock: clients only take the mmap lock).
+pub(crate) fn peer_clients() -> kernel::sync::GlobalGuard<PEER_CLIENTS> {
+    PEER_CLIENTS.lock()
 }
 
 /// The module's global state: set up first in module init, torn down last.
@@ -88,15 +114,21 @@ impl Globals {
         // SAFETY: called exactly once, from module init, before the PCI driver
         // and the misc device that use `PROVIDERS` are registered.
         unsafe { PROVIDERS.init() };
+        // SAFETY: as above, for the peer-memory registry.
+        unsafe { PEER_CLIENTS.init() };
         Self(())
     }
 }
 
 impl Drop for Globals {
     fn drop(&mut self) {
-        // Statics are never dropped: free the list's buffer here, after the
-        // PCI driver's unregistration emptied it.
+        // Statics are never dropped: free the lists' buffers here, after the
+        // PCI driver's unregistration emptied the provider list.
         drop(core::mem::take(&mut *PROVIDERS.lock()));
+        drop(core::mem::replace(
+            &mut *PEER_CLIENTS.lock(),
+            crate::peer_mem::Registry::new(),
+        ));
     }
 }
 
@@ -247,6 +279,145 @@ impl Drop for PciFunction {
     fn drop(&mut self) {
         // SAFETY: by the type invariant we own one reference.
         unsafe { shim::p2pdirect_pci_dev_put(self.0.as_ptr()) };
+    }
+}
+
+/// The device that does DMA for a consumer (an NVMe controller, for a block
+/// device), which peer-memory contexts map pages for.
+pub(crate) struct DmaDevice(Option<PciFunction>);
+
+impl DmaDevice {
+    /// A stand-in for unit tests of code that only passes the device along.
+    #[cfg(CONFIG_KUNIT)]
+    pub(crate) fn none() -> Self {
+        Self(None)
+    }
+
+    /// The PCI function doing the DMA, if any.
+    pub(crate) fn pci(&self) -> Option<&PciFunction> {
+        self.0.as_ref()
+    }
+
+    /// The DMA device of the block device open as file descriptor `fd` of
+    /// the calling process: `EBADF`, `ENOTBLK`, or `ENODEV` (no PCI device
+    /// above its disk).
+    pub(crate) fn of_block_fd(fd: i32) -> Result<Self> {
+        let fd = u32::try_from(fd).map_err(|_| EBADF)?;
+        let file = kernel::fs::file::LocalFile::fget(fd).map_err(|_| EBADF)?;
+        // SAFETY: `file` is a valid, referenced open file.
+        let raw = unsafe { shim::p2pdirect_block_dma_pci(file.as_ptr()) };
+        let raw = ptr_or_err(raw)?;
+        // INVARIANT: the shim returned the device with a reference for us.
+        Ok(Self(Some(PciFunction(raw))))
+    }
+}
+
+/// `EREMOTEIO` (not among the kernel crate's error codes): the DMA device
+/// cannot reach the memory.
+pub(crate) fn eremoteio() -> Error {
+    Error::from_errno(-(bindings::EREMOTEIO as i32))
+}
+
+/// Decodes a C `ERR_PTR`-or-pointer return.
+fn ptr_or_err<T>(p: *mut T) -> Result<NonNull<T>> {
+    let v = p as isize;
+    if (-4095..0).contains(&v) {
+        return Err(Error::from_errno(v as i32));
+    }
+    NonNull::new(p).ok_or(ENOMEM)
+}
+
+/// Whether `[addr, addr + len)` of the calling process lies in one mapping
+/// of p2pdirect device memory.
+pub(crate) fn user_range_is_devmem(addr: u64, len: u64) -> bool {
+    // SAFETY: looks up the current process's VMAs under its mmap lock.
+    unsafe { shim::p2pdirect_user_range_is_devmem(addr, len) }
+}
+
+/// Whether the page at user address `addr` of the calling process is
+/// P2PDMA memory; `EFAULT` if it is not mapped.
+pub(crate) fn user_addr_is_p2pdma(addr: u64) -> Result<bool> {
+    // SAFETY: pins and unpins one page of the current process.
+    let r = unsafe { shim::p2pdirect_user_addr_is_p2pdma(addr) };
+    kernel::error::to_result(r.min(0))?;
+    Ok(r == 1)
+}
+
+/// Pinned pages of a user range of the calling process, optionally mapped
+/// for one DMA device.
+///
+/// # Invariants
+///
+/// `0` is a `struct p2pdirect_pin` from `p2pdirect_pin_user`, owned here
+/// and released only by `Drop`.
+pub(crate) struct UserPin(NonNull<kernel::ffi::c_void>);
+
+// SAFETY: the pin is plain kernel memory; pages may be unpinned from any thread.
+unsafe impl Send for UserPin {}
+
+impl UserPin {
+    /// Pins `[addr, addr + len)` (P2PDMA pages allowed).
+    pub(crate) fn new(addr: u64, len: u64, write: bool) -> Result<Self> {
+        // SAFETY: pins pages of the current process; returns a pin or ERR_PTR.
+        let p = unsafe { shim::p2pdirect_pin_user(addr, len, write) };
+        // INVARIANT: a fresh pin, owned by the new value.
+        Ok(Self(ptr_or_err(p)?))
+    }
+
+    /// Whether every pinned page is P2PDMA memory.
+    pub(crate) fn is_p2pdma(&self) -> bool {
+        // SAFETY: the pin is valid by the type invariant.
+        unsafe { shim::p2pdirect_pin_is_p2pdma(self.0.as_ptr()) }
+    }
+
+    /// Maps the pages for DMA by `dev`; `EREMOTEIO` if it cannot reach them.
+    pub(crate) fn dma_map(&mut self, dev: &PciFunction) -> Result {
+        // SAFETY: the pin and the device are valid.
+        kernel::error::to_result(unsafe {
+            shim::p2pdirect_pin_dma_map(self.0.as_ptr(), dev.0.as_ptr())
+        })
+    }
+
+    /// The DMA segments of the current mapping.
+    pub(crate) fn dma_segs(&self) -> Result<KVec<crate::peer_mem::DmaSeg>> {
+        // SAFETY: counting only (max 0), on a valid pin.
+        let n = unsafe {
+            shim::p2pdirect_pin_dma_segs(
+                self.0.as_ptr(),
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                0,
+            )
+        } as usize;
+        let mut addr = KVec::from_elem(0u64, n, GFP_KERNEL)?;
+        let mut len = KVec::from_elem(0u64, n, GFP_KERNEL)?;
+        // SAFETY: both arrays hold `n` entries, the `max` passed.
+        unsafe {
+            shim::p2pdirect_pin_dma_segs(
+                self.0.as_ptr(),
+                addr.as_mut_ptr(),
+                len.as_mut_ptr(),
+                n as u32,
+            )
+        };
+        let mut out = KVec::with_capacity(n, GFP_KERNEL)?;
+        for (a, l) in addr.iter().zip(len.iter()) {
+            out.push(crate::peer_mem::DmaSeg { addr: *a, len: *l }, GFP_KERNEL)?;
+        }
+        Ok(out)
+    }
+
+    /// Undoes `dma_map` (nothing if not mapped).
+    pub(crate) fn dma_unmap(&mut self) {
+        // SAFETY: the pin is valid; unmapping an unmapped pin is a no-op.
+        unsafe { shim::p2pdirect_pin_dma_unmap(self.0.as_ptr()) };
+    }
+}
+
+impl Drop for UserPin {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we own the pin; this frees it once.
+        unsafe { shim::p2pdirect_unpin(self.0.as_ptr()) };
     }
 }
 

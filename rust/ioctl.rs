@@ -10,6 +10,7 @@ use crate::{
     chardev::OpenFile,
     devmem::Kind,
     ffi::{self, uapi},
+    peer_mem::UserRange,
 };
 use kernel::{fs::File, ioctl, prelude::*};
 
@@ -28,6 +29,7 @@ const _: () =
     assert!(uapi::P2PDIRECT_IOC_LIST_PROVIDERS == iowr::<uapi::p2pdirect_list_providers>(1));
 const _: () = assert!(uapi::P2PDIRECT_IOC_ALLOC == iowr::<uapi::p2pdirect_alloc>(2));
 const _: () = assert!(uapi::P2PDIRECT_IOC_FREE == iowr::<uapi::p2pdirect_free>(3));
+const _: () = assert!(uapi::P2PDIRECT_IOC_DMA_PROBE == iowr::<uapi::p2pdirect_dma_probe>(4));
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
@@ -36,6 +38,7 @@ pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Resu
         uapi::P2PDIRECT_IOC_LIST_PROVIDERS => list_providers(arg),
         uapi::P2PDIRECT_IOC_ALLOC => alloc(me, file, arg),
         uapi::P2PDIRECT_IOC_FREE => free(me, arg),
+        uapi::P2PDIRECT_IOC_DMA_PROBE => dma_probe(arg),
         _ => Err(unknown(cmd)),
     }
 }
@@ -101,6 +104,55 @@ fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
         let _ = me.free(info.handle);
         return Err(e);
     }
+    Ok(0)
+}
+
+/// Runs acquire -> get_pages -> dma_map once and reports the DMA addresses;
+/// dropping the claim unmaps, unpins and releases.
+fn dma_probe(arg: usize) -> Result<isize> {
+    let mut req: uapi::p2pdirect_dma_probe = ffi::copy_from_user(arg)?;
+    if req.flags & !uapi::P2PDIRECT_PROBE_WRITE != 0 || req.pad != 0 {
+        return Err(EINVAL);
+    }
+    let range = UserRange::new(req.addr, req.size)?;
+    let dev = ffi::DmaDevice::of_block_fd(req.fd)?;
+    let mut claim = ffi::peer_clients().acquire(range).inspect_err(|e| {
+        if *e == ENXIO && ffi::ratelimit() {
+            pr_info!(
+                "{:#x}+{:#x} is not device memory: no peer-memory client claims it\n",
+                req.addr,
+                req.size
+            );
+        }
+    })?;
+    claim.get_pages(req.flags & uapi::P2PDIRECT_PROBE_WRITE != 0)?;
+    let segs = claim.dma_map(&dev).inspect_err(|e| {
+        if *e == ffi::eremoteio() && ffi::ratelimit() {
+            pr_info!(
+                "{} memory at {:#x} is not reachable by PCI device {:#x} (P2P distance)\n",
+                claim.client,
+                req.addr,
+                dev.pci().map_or(0, |p| p.addr())
+            );
+        }
+    })?;
+    let room = (req.capacity as usize).min(segs.len());
+    let mut out = KVec::with_capacity(room, GFP_KERNEL)?;
+    for s in segs.iter().take(room) {
+        out.push(
+            uapi::p2pdirect_dma_seg {
+                addr: s.addr,
+                len: s.len,
+            },
+            GFP_KERNEL,
+        )?;
+    }
+    ffi::copy_slice_to_user(req.segs as usize, &out)?;
+    req.count = u32::try_from(segs.len()).map_err(|_| EOVERFLOW)?;
+    req.page_size = u32::try_from(claim.page_size()).map_err(|_| EOVERFLOW)?;
+    req.client = claim.client_id;
+    req.dma_pci_addr = dev.pci().map_or(0, |p| p.addr());
+    ffi::copy_to_user(arg, &req)?;
     Ok(0)
 }
 

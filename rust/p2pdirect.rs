@@ -12,6 +12,8 @@ mod chardev;
 mod devmem;
 mod ffi;
 mod ioctl;
+mod peer_clients;
+mod peer_mem;
 mod range_alloc;
 
 use kernel::{driver, pci, prelude::*};
@@ -35,6 +37,8 @@ struct P2pDirect {
     /// The PCI driver that turns device BARs into providers.
     #[pin]
     bar_driver: driver::Registration<pci::Adapter<bar_driver::BarDriver>>,
+    /// The built-in peer-memory clients.
+    peer_clients: peer_clients::Builtins,
     /// Global state (the provider list): set up first, torn down last.
     globals: ffi::Globals,
 }
@@ -49,6 +53,7 @@ impl kernel::InPlaceModule for P2pDirect {
         );
         try_pin_init!(Self {
             globals: ffi::Globals::init(),
+            peer_clients: peer_clients::Builtins::register()?,
             bar_driver <- driver::Registration::new(c"p2pdirect", module),
             chardev <- chardev::register(),
         })

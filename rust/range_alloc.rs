@@ -100,3 +100,51 @@ impl<T> RangeAllocator<T> {
         self.used.clear();
     }
 }
+
+#[cfg(CONFIG_KUNIT)]
+#[kernel::macros::kunit_tests(p2pdirect_range_alloc)]
+mod tests {
+    use super::*;
+
+    const M: u64 = 1 << 20;
+
+    #[test]
+    fn first_fit_and_reuse() {
+        let mut a = RangeAllocator::new(16 * M);
+        assert_eq!(a.alloc(4 * M, 4096, 1), Ok(0));
+        assert_eq!(a.alloc(4 * M, 4096, 2), Ok(4 * M));
+        assert_eq!(a.alloc(4 * M, 4096, 3), Ok(8 * M));
+        assert_eq!(a.used_bytes(), 12 * M);
+        assert_eq!(a.free(4 * M).map(|r| r.tag), Ok(2));
+        // The hole is reused first; a larger request goes after the end.
+        assert_eq!(a.alloc(5 * M, 4096, 4).err(), Some(ENOMEM));
+        assert_eq!(a.alloc(2 * M, 4096, 5), Ok(4 * M));
+        assert_eq!(a.alloc(4 * M, 4096, 6), Ok(12 * M));
+        assert_eq!(a.alloc(2 * M, 4096, 7), Ok(6 * M));
+        assert_eq!(a.used_bytes(), 16 * M);
+        assert_eq!(a.alloc(4096, 4096, 8).err(), Some(ENOMEM));
+    }
+
+    #[test]
+    fn alignment() {
+        let mut a = RangeAllocator::new(64 * M);
+        assert_eq!(a.alloc(4096, 4096, ()), Ok(0));
+        assert_eq!(a.alloc(4096, 8 * M, ()), Ok(8 * M));
+        // The gap before 8 MiB still serves small requests.
+        assert_eq!(a.alloc(4096, 4096, ()), Ok(4096));
+        // An alignment past the end fails cleanly.
+        assert_eq!(a.alloc(4096, 64 * M, ()).err(), Some(ENOMEM));
+    }
+
+    #[test]
+    fn bad_input_and_double_free() {
+        let mut a = RangeAllocator::new(M);
+        assert_eq!(a.alloc(0, 4096, ()).err(), Some(EINVAL));
+        assert_eq!(a.alloc(4096, 3, ()).err(), Some(EINVAL));
+        assert_eq!(a.alloc(u64::MAX, 4096, ()).err(), Some(ENOMEM));
+        assert_eq!(a.alloc(4096, 4096, ()), Ok(0));
+        assert!(a.free(0).is_ok());
+        assert_eq!(a.free(0).err(), Some(ENOENT));
+        assert_eq!(a.free(123).err(), Some(ENOENT));
+    }
+}

@@ -121,6 +121,19 @@ run_suite() { # run_suite NAME COMMAND...: one TAP stream on $out
 	say "# suite-exit: $name $rc"
 }
 
+# KUnit suites of the module ran at insmod; their KTAP results (subtests
+# indented) become one flat TAP suite each.
+kunit_suites() {
+	found=0
+	for d in /sys/kernel/debug/kunit/p2pdirect_*; do
+		[ -f "$d/results" ] || continue
+		found=1
+		say "# suite: kunit-${d##*/}"
+		sed -n 's/^    \(\(not \)\{0,1\}ok .*\)$/\1/p; s/^    \(1\.\.[0-9]*\)$/\1/p' "$d/results" >"$out"
+		sed -n 's/^    \(# .*\)$/\1/p' "$d/results" | head -n 40 >"$out"
+	done
+	[ "$found" = 1 ] || printf '# suite: kunit\nnot ok 1 - no KUnit suite of p2pdirect ran\n1..1\n' >"$out"
+}
 rust_suite() { "$1" --test-threads=1 2>&1 | libtest_tap; }
 
 run_checks() {
@@ -141,8 +154,10 @@ run_checks() {
 	say "1..$n"
 	say "# suite-exit: guest $fails"
 
+	kunit_suites
 	run_suite c-abi /tests/p2pdirect_test
 	run_suite c-devmem /tests/devmem_test
+	run_suite c-peermem /tests/peermem_test
 	for t in /tests/rust-*; do
 		run_suite "${t##*/}" rust_suite "$t"
 	done

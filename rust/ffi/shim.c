@@ -5,12 +5,16 @@
  * rust/ffi.rs, which declares these prototypes by hand and states the
  * invariants each call relies on.
  */
+#include <linux/blkdev.h>
 #include <linux/delay.h>
+#include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
 #include <linux/pci.h>
 #include <linux/pci-p2pdma.h>
 #include <linux/ratelimit.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
 
 #include "shim.h"
 
@@ -215,4 +219,166 @@ int p2pdirect_bar_of_bus_addr(struct pci_dev *pdev, u64 bus, u64 *start, u64 *le
 		}
 	}
 	return -ENOENT;
+}
+
+/* --- Peer-memory clients: pinning user ranges and mapping them for DMA ---- */
+
+struct p2pdirect_pin {
+	struct page **pages;
+	unsigned long npages;
+	unsigned int offset;	/* of the range in its first page */
+	u64 len;
+	struct sg_table sgt;
+	struct device *dma_dev;	/* set while mapped */
+};
+
+/* Whether [addr, addr + len) lies in one p2pdirect device-memory mapping of current. */
+bool p2pdirect_user_range_is_devmem(u64 addr, u64 len)
+{
+	struct mm_struct *mm = current->mm;
+	struct vm_area_struct *vma;
+	bool ret;
+
+	if (!mm || addr + len < addr)
+		return false;
+	mmap_read_lock(mm);
+	vma = vma_lookup(mm, addr);
+	ret = vma && vma->vm_ops == &p2pdirect_vm_ops && addr + len <= vma->vm_end;
+	mmap_read_unlock(mm);
+	return ret;
+}
+
+/* 1 if the page at addr is P2PDMA memory, 0 if it is not, <0 on error. */
+int p2pdirect_user_addr_is_p2pdma(u64 addr)
+{
+	struct page *page;
+	int ret;
+
+	ret = pin_user_pages_fast(addr & PAGE_MASK, 1, FOLL_PCI_P2PDMA, &page);
+	if (ret != 1)
+		return ret < 0 ? ret : -EFAULT;
+	ret = is_pci_p2pdma_page(page);
+	unpin_user_page(page);
+	return ret;
+}
+
+/*
+ * Pins [addr, addr + len) of current; ERR_PTR on failure. Not FOLL_LONGTERM:
+ * GUP refuses it with FOLL_PCI_P2PDMA, so that the device's pgmap can always
+ * be unplugged; long-lived users must drop their pins when invalidated.
+ */
+struct p2pdirect_pin *p2pdirect_pin_user(u64 addr, u64 len, bool write)
+{
+	unsigned int gup = FOLL_PCI_P2PDMA | (write ? FOLL_WRITE : 0);
+	struct p2pdirect_pin *pin;
+	u64 first = addr & PAGE_MASK;
+	long pinned;
+
+	if (!len || addr + len < addr)
+		return ERR_PTR(-EINVAL);
+	pin = kzalloc_obj(*pin, GFP_KERNEL);
+	if (!pin)
+		return ERR_PTR(-ENOMEM);
+	pin->npages = (PAGE_ALIGN(addr + len) - first) >> PAGE_SHIFT;
+	pin->offset = addr & ~PAGE_MASK;
+	pin->len = len;
+	pin->pages = kvmalloc_array(pin->npages, sizeof(*pin->pages), GFP_KERNEL);
+	if (!pin->pages) {
+		kfree(pin);
+		return ERR_PTR(-ENOMEM);
+	}
+	pinned = pin_user_pages_fast(first, pin->npages, gup, pin->pages);
+	if (pinned != pin->npages) {
+		if (pinned > 0)
+			unpin_user_pages(pin->pages, pinned);
+		kvfree(pin->pages);
+		kfree(pin);
+		return ERR_PTR(pinned < 0 ? pinned : -EFAULT);
+	}
+	return pin;
+}
+
+bool p2pdirect_pin_is_p2pdma(struct p2pdirect_pin *pin)
+{
+	unsigned long i;
+
+	for (i = 0; i < pin->npages; i++)
+		if (!is_pci_p2pdma_page(pin->pages[i]))
+			return false;
+	return true;
+}
+
+/* Maps the pinned pages for DMA by @pdev: -EREMOTEIO if it cannot reach them. */
+int p2pdirect_pin_dma_map(struct p2pdirect_pin *pin, struct pci_dev *pdev)
+{
+	int ret;
+
+	if (pin->dma_dev)
+		return -EBUSY;
+	ret = sg_alloc_table_from_pages(&pin->sgt, pin->pages, pin->npages, pin->offset,
+					pin->len, GFP_KERNEL);
+	if (ret)
+		return ret;
+	ret = dma_map_sgtable(&pdev->dev, &pin->sgt, DMA_BIDIRECTIONAL, 0);
+	if (ret) {
+		sg_free_table(&pin->sgt);
+		return ret;
+	}
+	pin->dma_dev = get_device(&pdev->dev);
+	return 0;
+}
+
+/* Copies up to @max DMA segments; returns how many there are. */
+unsigned int p2pdirect_pin_dma_segs(struct p2pdirect_pin *pin, u64 *addr, u64 *len,
+				    unsigned int max)
+{
+	struct scatterlist *sg;
+	unsigned int i, n = 0;
+
+	if (!pin->dma_dev)
+		return 0;
+	for_each_sgtable_dma_sg(&pin->sgt, sg, i) {
+		if (n < max) {
+			addr[n] = sg_dma_address(sg);
+			len[n] = sg_dma_len(sg);
+		}
+		n++;
+	}
+	return n;
+}
+
+void p2pdirect_pin_dma_unmap(struct p2pdirect_pin *pin)
+{
+	if (!pin->dma_dev)
+		return;
+	dma_unmap_sgtable(pin->dma_dev, &pin->sgt, DMA_BIDIRECTIONAL, 0);
+	sg_free_table(&pin->sgt);
+	put_device(pin->dma_dev);
+	pin->dma_dev = NULL;
+}
+
+void p2pdirect_unpin(struct p2pdirect_pin *pin)
+{
+	p2pdirect_pin_dma_unmap(pin);
+	unpin_user_pages(pin->pages, pin->npages);
+	kvfree(pin->pages);
+	kfree(pin);
+}
+
+/*
+ * The PCI function that does DMA for the block device open as @file, with a
+ * reference: the first PCI device above its disk (the NVMe controller).
+ */
+struct pci_dev *p2pdirect_block_dma_pci(struct file *file)
+{
+	struct block_device *bdev;
+	struct device *dev;
+
+	if (!S_ISBLK(file_inode(file)->i_mode))
+		return ERR_PTR(-ENOTBLK);
+	bdev = file_bdev(file);
+	for (dev = disk_to_dev(bdev->bd_disk); dev; dev = dev->parent)
+		if (dev_is_pci(dev))
+			return pci_dev_get(to_pci_dev(dev));
+	return ERR_PTR(-ENODEV);
 }

@@ -10,6 +10,8 @@
 #include <linux/mm_types.h>
 #include <linux/pci.h>
 
+struct p2pdirect_pin;
+
 bool p2pdirect_ratelimit(void);
 int p2pdirect_p2pdma_add_bar(struct pci_dev *pdev, int bar);
 void *p2pdirect_p2pmem_alloc(struct pci_dev *pdev, size_t size);
@@ -33,5 +35,15 @@ bool p2pdirect_vma_may_share(struct vm_area_struct *vma);
 bool p2pdirect_has_published_p2pmem(struct pci_dev *pdev);
 struct pci_dev *p2pdirect_next_published(struct pci_dev *prev);
 int p2pdirect_bar_of_bus_addr(struct pci_dev *pdev, u64 bus, u64 *start, u64 *len);
+bool p2pdirect_user_range_is_devmem(u64 addr, u64 len);
+int p2pdirect_user_addr_is_p2pdma(u64 addr);
+struct p2pdirect_pin *p2pdirect_pin_user(u64 addr, u64 len, bool write);
+bool p2pdirect_pin_is_p2pdma(struct p2pdirect_pin *pin);
+int p2pdirect_pin_dma_map(struct p2pdirect_pin *pin, struct pci_dev *pdev);
+unsigned int p2pdirect_pin_dma_segs(struct p2pdirect_pin *pin, u64 *addr, u64 *len,
+				    unsigned int max);
+void p2pdirect_pin_dma_unmap(struct p2pdirect_pin *pin);
+void p2pdirect_unpin(struct p2pdirect_pin *pin);
+struct pci_dev *p2pdirect_block_dma_pci(struct file *file);
 
 #endif /* P2PDIRECT_SHIM_H */

@@ -31,6 +31,8 @@ uapi_pod!(
     p2pdirect_list_providers,
     p2pdirect_alloc,
     p2pdirect_free,
+    p2pdirect_dma_seg,
+    p2pdirect_dma_probe,
 );
 
 // No implicit padding: each size is the sum of its fields.
@@ -42,4 +44,6 @@ const _: () = {
     assert!(size_of::<p2pdirect_list_providers>() == 8 + 4 + 4);
     assert!(size_of::<p2pdirect_alloc>() == 4 + 4 + 6 * 8);
     assert!(size_of::<p2pdirect_free>() == 8);
+    assert!(size_of::<p2pdirect_dma_seg>() == 16);
+    assert!(size_of::<p2pdirect_dma_probe>() == 8 + 8 + 4 + 4 + 8 + 6 * 4);
 };

@@ -29,7 +29,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 1
+#define P2PDIRECT_ABI_MINOR 2
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -158,11 +158,69 @@ struct p2pdirect_free {
 	__u64 handle;
 };
 
+/* struct p2pdirect_dma_probe.client: the peer-memory client that claimed the range */
+#define P2PDIRECT_CLIENT_DEVMEM 1	/* p2pdirect's own device memory */
+#define P2PDIRECT_CLIENT_P2PDMA_USER 2	/* a user mapping of another provider's P2PDMA pages */
+
+/* struct p2pdirect_dma_probe.flags */
+#define P2PDIRECT_PROBE_WRITE 1	/* pin for writing (the device will write) */
+
+/**
+ * struct p2pdirect_dma_seg - one DMA segment
+ * @addr: DMA address, as the device will use it
+ * @len: bytes
+ */
+struct p2pdirect_dma_seg {
+	__u64 addr;
+	__u64 len;
+};
+
+/**
+ * struct p2pdirect_dma_probe - P2PDIRECT_IOC_DMA_PROBE
+ * @addr: in, user address of the range (a "device pointer")
+ * @size: in, bytes
+ * @fd: in, an open block device whose DMA device (its NVMe controller) maps
+ *      the range
+ * @flags: in, P2PDIRECT_PROBE_*
+ * @segs: in, user pointer to @capacity struct p2pdirect_dma_seg
+ * @capacity: in, room at @segs (0: only count)
+ * @count: out, DMA segments of the mapping (those beyond @capacity not written)
+ * @page_size: out, page size of the memory
+ * @client: out, P2PDIRECT_CLIENT_*
+ * @dma_pci_addr: out, the DMA device, P2PDIRECT_PCI_ADDR()
+ * @pad: zero
+ *
+ * Runs the peer-memory path once, as a consumer would: acquire (the first
+ * client that owns the range claims it), get_pages, dma_map for the block
+ * device's DMA device; reports the DMA addresses; then dma_unmap, put_pages,
+ * release.
+ *
+ * Errors: -ENXIO no client claims the range (not device memory: RAM, for
+ * one); -EREMOTEIO the DMA device cannot reach the memory (P2P distance);
+ * -EFAULT the range is not mapped; -EBADF @fd is not open; -ENOTBLK @fd is
+ * not a block device; -EINVAL size 0, a wrapping range, unknown flags, pad.
+ */
+struct p2pdirect_dma_probe {
+	__u64 addr;
+	__u64 size;
+	__s32 fd;
+	__u32 flags;
+	__u64 segs;
+	__u32 capacity;
+	__u32 count;
+	__u32 page_size;
+	__u32 client;
+	__u32 dma_pci_addr;
+	__u32 pad;
+};
+
 #define P2PDIRECT_IOC_LIST_PROVIDERS \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 1, struct p2pdirect_list_providers)
 #define P2PDIRECT_IOC_ALLOC \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 2, struct p2pdirect_alloc)
 #define P2PDIRECT_IOC_FREE \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 3, struct p2pdirect_free)
+#define P2PDIRECT_IOC_DMA_PROBE \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 4, struct p2pdirect_dma_probe)
 
 #endif /* _UAPI_LINUX_P2PDIRECT_H */

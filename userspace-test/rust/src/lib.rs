@@ -160,6 +160,18 @@ pub struct Allocation {
     pub provider_offset: u64,
 }
 
+/// What a DMA probe found.
+#[derive(Clone, Debug)]
+pub struct DmaProbe {
+    /// `sys::P2PDIRECT_CLIENT_*` of the client that claimed the range.
+    pub client: u32,
+    pub page_size: u32,
+    pub dma_device: PciAddr,
+    /// (DMA address, length) pairs, at most 256 of them.
+    pub segments: Vec<(u64, u64)>,
+    pub total_segments: u32,
+}
+
 /// A CPU mapping of an allocation: the "device pointer".
 ///
 /// Access goes through [`Mapping::read`] and [`Mapping::write`], never a
@@ -336,6 +348,36 @@ impl Device {
             ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?,
             len,
             _dev: self,
+        })
+    }
+
+    /// `P2PDIRECT_IOC_DMA_PROBE`: runs the peer-memory path once for
+    /// `[addr, addr + size)` against the DMA device of the block device open
+    /// as `block_fd`, and reports which client claimed it and the DMA segments.
+    pub fn dma_probe(&self, addr: *const u8, size: u64, block_fd: i32) -> io::Result<DmaProbe> {
+        let mut segs = vec![sys::p2pdirect_dma_seg::default(); 256];
+        let mut req = sys::p2pdirect_dma_probe {
+            addr: addr as u64,
+            size,
+            fd: block_fd,
+            segs: segs.as_mut_ptr() as u64,
+            capacity: segs.len() as u32,
+            ..Default::default()
+        };
+        // SAFETY: DMA_PROBE reads `req` and writes it and up to `capacity` segments.
+        unsafe {
+            self.ioctl_raw(
+                sys::P2PDIRECT_IOC_DMA_PROBE.into(),
+                std::ptr::from_mut(&mut req).cast(),
+            )
+        }?;
+        segs.truncate((req.count as usize).min(segs.len()));
+        Ok(DmaProbe {
+            client: req.client,
+            page_size: req.page_size,
+            dma_device: PciAddr(req.dma_pci_addr),
+            segments: segs.iter().map(|s| (s.addr, s.len)).collect(),
+            total_segments: req.count,
         })
     }
 

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The built-in peer-memory clients, in the order the registry asks them:
+//! 1. `p2pdirect-devmem`: p2pdirect's own device memory. Claims a range that
+//!    lies in one of its device-memory mappings (direct lookup of the VMA).
+//! 2. `p2pdma-user`: any user mapping backed by P2PDMA pages of another
+//!    provider (an mmap of a device's sysfs `p2pmem/allocate`, or a GPU
+//!    driver that maps its BAR as P2PDMA pages). Claims a range whose first
+//!    page is P2PDMA memory; pinning then requires every page to be.
+//!
+//! Ordinary RAM is declined by both.
+
+use crate::{
+    ffi::{self, uapi, DmaDevice, UserPin},
+    peer_mem::{Client, Context, DmaSeg, UserRange},
+};
+use kernel::{page::PAGE_SIZE, prelude::*, sync::Arc};
+
+/// A claimed range, pinned with `FOLL_PCI_P2PDMA` by `get_pages`.
+struct PinContext {
+    range: UserRange,
+    pin: Option<UserPin>,
+}
+
+impl Context for PinContext {
+    fn get_pages(&mut self, write: bool) -> Result {
+        let pin = UserPin::new(self.range.addr, self.range.size, write)?;
+        // A range that runs from device memory into RAM is not device memory.
+        if !pin.is_p2pdma() {
+            return Err(ENXIO);
+        }
+        self.pin = Some(pin);
+        Ok(())
+    }
+
+    fn page_size(&self) -> u64 {
+        PAGE_SIZE as u64
+    }
+
+    fn dma_map(&mut self, dev: &DmaDevice) -> Result<KVec<DmaSeg>> {
+        let pin = self.pin.as_mut().ok_or(EINVAL)?;
+        pin.dma_map(dev.pci().ok_or(ENODEV)?)?;
+        pin.dma_segs()
+    }
+
+    fn dma_unmap(&mut self) {
+        if let Some(pin) = self.pin.as_mut() {
+            pin.dma_unmap();
+        }
+    }
+
+    fn put_pages(&mut self) {
+        self.pin = None;
+    }
+}
+
+fn context(range: UserRange) -> Result<Option<KBox<dyn Context>>> {
+    let ctx: KBox<dyn Context> = KBox::new(PinContext { range, pin: None }, GFP_KERNEL)?;
+    Ok(Some(ctx))
+}
+
+/// p2pdirect's own device memory.
+pub(crate) struct DevmemClient;
+
+impl Client for DevmemClient {
+    fn name(&self) -> &'static str {
+        "p2pdirect-devmem"
+    }
+
+    fn id(&self) -> u32 {
+        uapi::P2PDIRECT_CLIENT_DEVMEM
+    }
+
+    fn acquire(&self, range: UserRange) -> Result<Option<KBox<dyn Context>>> {
+        if ffi::user_range_is_devmem(range.addr, range.end() - range.addr) {
+            context(range)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// User mappings of other providers' P2PDMA pages.
+pub(crate) struct P2pdmaUserClient;
+
+impl Client for P2pdmaUserClient {
+    fn name(&self) -> &'static str {
+        "p2pdma-user"
+    }
+
+    fn id(&self) -> u32 {
+        uapi::P2PDIRECT_CLIENT_P2PDMA_USER
+    }
+
+    fn acquire(&self, range: UserRange) -> Result<Option<KBox<dyn Context>>> {
+        if ffi::user_addr_is_p2pdma(range.addr)? {
+            context(range)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// The built-in clients' registration, held by the module.
+pub(crate) struct Builtins(());
+
+impl Builtins {
+    /// Registers both clients, in the order they are asked.
+    pub(crate) fn register() -> Result<Self> {
+        let devmem: Arc<dyn Client> = Arc::new(DevmemClient, GFP_KERNEL)?;
+        let user: Arc<dyn Client> = Arc::new(P2pdmaUserClient, GFP_KERNEL)?;
+        let mut reg = ffi::peer_clients();
+        reg.register(devmem)?;
+        reg.register(user)?;
+        Ok(Self(()))
+    }
+}
+
+impl Drop for Builtins {
+    fn drop(&mut self) {
+        // No context can be alive: every file is closed before module exit.
+        let mut reg = ffi::peer_clients();
+        for name in ["p2pdma-user", "p2pdirect-devmem"] {
+            if let Err(e) = reg.unregister(name) {
+                pr_err!(
+                    "peer-memory client {} not unregistered ({:?}, {} contexts alive)\n",
+                    name,
+                    e,
+                    reg.live(name).unwrap_or(0)
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Peer-memory tests of /dev/p2pdirect (kselftest harness, TAP on stdout):
+ * P2PDIRECT_IOC_DMA_PROBE runs acquire -> get_pages -> dma_map -> dma_unmap
+ * -> put_pages -> release for a user range against a block device's DMA
+ * device, with both built-in clients.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <linux/p2pdirect.h>
+
+#include "kselftest_harness.h"
+
+#define DEV_PATH "/dev/p2pdirect"
+#define MiB (1ull << 20)
+#define MAX_SEGS 512
+
+/* Path of the sysfs dir and namespace of the NVMe controller with @serial. */
+static int find_nvme(const char *serial, char *pci_dir, size_t pci_len, char *ns, size_t ns_len)
+{
+	char path[128], buf[64];
+	int found = 0;
+	glob_t g;
+
+	if (glob("/sys/class/nvme/nvme*", 0, NULL, &g))
+		return 0;
+	for (size_t i = 0; i < g.gl_pathc && !found; i++) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/serial", g.gl_pathv[i]);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f) && !strncmp(buf, serial, strlen(serial))) {
+			const char *name = strrchr(g.gl_pathv[i], '/') + 1;
+
+			snprintf(ns, ns_len, "/dev/%sn1", name);
+			snprintf(path, sizeof(path), "%s/device", g.gl_pathv[i]);
+			if (realpath(path, pci_dir) && strlen(pci_dir) < pci_len)
+				found = 1;
+		}
+		fclose(f);
+	}
+	globfree(&g);
+	return found;
+}
+
+struct probe_result {
+	int err;
+	struct p2pdirect_dma_probe req;
+	struct p2pdirect_dma_seg segs[MAX_SEGS];
+};
+
+static void probe(int fd, void *addr, __u64 size, int bfd, struct probe_result *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->req.addr = (uintptr_t)addr;
+	r->req.size = size;
+	r->req.fd = bfd;
+	r->req.segs = (uintptr_t)r->segs;
+	r->req.capacity = MAX_SEGS;
+	r->err = ioctl(fd, P2PDIRECT_IOC_DMA_PROBE, &r->req) ? errno : 0;
+}
+
+/* Total bytes of the segments, and whether all lie in [lo, lo + len). */
+static int segs_within(struct probe_result *r, __u64 lo, __u64 len, __u64 *total)
+{
+	*total = 0;
+	for (__u32 i = 0; i < r->req.count && i < MAX_SEGS; i++) {
+		*total += r->segs[i].len;
+		if (r->segs[i].addr < lo || r->segs[i].addr + r->segs[i].len > lo + len)
+			return 0;
+	}
+	return 1;
+}
+
+FIXTURE(pm) {
+	int fd, sw, rp;
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_provider_info *gpu, *cmb;
+	char sw_pci[256];
+};
+
+FIXTURE_SETUP(pm)
+{
+	struct p2pdirect_list_providers req = { .capacity = 8 };
+	char ns[64], rp_pci[256];
+	int n;
+
+	self->fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->fd, 0);
+	req.entries = (uintptr_t)self->p;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	n = req.count;
+	self->gpu = self->cmb = NULL;
+	for (int i = 0; i < n; i++) {
+		if (self->p[i].kind == P2PDIRECT_PROVIDER_BAR && !self->gpu)
+			self->gpu = &self->p[i];
+		if (self->p[i].kind == P2PDIRECT_PROVIDER_PUBLISHED)
+			self->cmb = &self->p[i];
+	}
+	ASSERT_NE(NULL, self->gpu);
+	ASSERT_TRUE(find_nvme("p2pnvme-sw", self->sw_pci, sizeof(self->sw_pci), ns, sizeof(ns)));
+	self->sw = open(ns, O_RDONLY);
+	ASSERT_GE(self->sw, 0);
+	ASSERT_TRUE(find_nvme("p2pnvme-rp", rp_pci, sizeof(rp_pci), ns, sizeof(ns)));
+	self->rp = open(ns, O_RDONLY);
+	ASSERT_GE(self->rp, 0);
+}
+
+FIXTURE_TEARDOWN(pm)
+{
+	close(self->rp);
+	close(self->sw);
+	close(self->fd);
+}
+
+static void *alloc_map(int fd, __u32 provider, __u64 size, struct p2pdirect_alloc *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->provider = provider;
+	a->size = size;
+	if (ioctl(fd, P2PDIRECT_IOC_ALLOC, a))
+		return MAP_FAILED;
+	return mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, a->mmap_offset);
+}
+
+/*
+ * p2pdirect's own memory is claimed by the devmem client; for the NVMe behind
+ * the switch the DMA addresses are the BAR's bus addresses, exactly the
+ * allocation's.
+ */
+TEST_F(pm, devmem_client_maps_bar_bus_addresses)
+{
+	struct p2pdirect_free f;
+	struct p2pdirect_alloc a;
+	struct probe_result *r = calloc(1, sizeof(*r));
+	__u64 total;
+	void *m;
+
+	ASSERT_NE(NULL, r);
+	m = alloc_map(self->fd, self->gpu->index, 2 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	probe(self->fd, m, a.size, self->sw, r);
+	ASSERT_EQ(0, r->err) TH_LOG("DMA_PROBE: %s", strerror(r->err));
+	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_DEVMEM, r->req.client);
+	EXPECT_EQ(4096u, r->req.page_size);
+	EXPECT_GE(r->req.count, 1u);
+	EXPECT_TRUE(segs_within(r, self->gpu->bus_addr, self->gpu->bar_size, &total));
+	EXPECT_EQ(a.size, total);
+	EXPECT_EQ(a.bus_addr, r->segs[0].addr);
+	TH_LOG("%u segment(s), first %#llx+%#llx; BAR window %#llx+%#llx", r->req.count,
+	       (unsigned long long)r->segs[0].addr, (unsigned long long)r->segs[0].len,
+	       (unsigned long long)self->gpu->bus_addr, (unsigned long long)self->gpu->bar_size);
+
+	/* A sub-range at an offset: addresses follow. */
+	probe(self->fd, (char *)m + 12288 + 100, 5000, self->sw, r);
+	ASSERT_EQ(0, r->err);
+	EXPECT_EQ(a.bus_addr + 12288 + 100, r->segs[0].addr);
+	segs_within(r, self->gpu->bus_addr, self->gpu->bar_size, &total);
+	EXPECT_EQ(5000u, total);
+
+	/* Pins and mappings were released: FREE works after munmap. */
+	ASSERT_EQ(0, munmap(m, a.size));
+	f.handle = a.handle;
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &f));
+	free(r);
+}
+
+/* The NVMe on its own root port cannot reach the BAR: a clear EREMOTEIO. */
+TEST_F(pm, unreachable_dma_device_is_eremoteio)
+{
+	struct p2pdirect_alloc a;
+	struct probe_result *r = calloc(1, sizeof(*r));
+	void *m;
+
+	ASSERT_NE(NULL, r);
+	m = alloc_map(self->fd, self->gpu->index, 1 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	probe(self->fd, m, a.size, self->rp, r);
+	EXPECT_EQ(EREMOTEIO, r->err);
+	free(r);
+}
+
+/* RAM is declined by every client: ENXIO, not a silent fallback. */
+TEST_F(pm, ram_is_declined)
+{
+	struct probe_result *r = calloc(1, sizeof(*r));
+	void *ram = aligned_alloc(4096, MiB);
+
+	ASSERT_NE(NULL, r);
+	ASSERT_NE(NULL, ram);
+	memset(ram, 1, MiB);
+	probe(self->fd, ram, MiB, self->sw, r);
+	EXPECT_EQ(ENXIO, r->err);
+	free(ram);
+	free(r);
+}
+
+/*
+ * Another provider's P2PDMA pages mapped by the user (the NVMe CMB through
+ * sysfs p2pmem/allocate) are claimed by the p2pdma-user client.
+ */
+TEST_F(pm, p2pdma_user_client_maps_sysfs_p2pmem)
+{
+	struct probe_result *r = calloc(1, sizeof(*r));
+	char path[300];
+	__u64 total;
+	int pfd;
+	void *m;
+
+	ASSERT_NE(NULL, r);
+	ASSERT_NE(NULL, self->cmb) TH_LOG("the NVMe CMB is not published");
+	snprintf(path, sizeof(path), "%s/p2pmem/allocate", self->sw_pci);
+	pfd = open(path, O_RDWR);
+	ASSERT_GE(pfd, 0) TH_LOG("open %s: %s", path, strerror(errno));
+	m = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+	ASSERT_NE(MAP_FAILED, m) TH_LOG("mmap %s: %s", path, strerror(errno));
+	probe(self->fd, m, MiB, self->sw, r);
+	ASSERT_EQ(0, r->err) TH_LOG("DMA_PROBE: %s", strerror(r->err));
+	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_P2PDMA_USER, r->req.client);
+	EXPECT_TRUE(segs_within(r, self->cmb->bus_addr, self->cmb->bar_size, &total));
+	EXPECT_EQ(MiB, total);
+	/* Its own root-port NVMe cannot reach the CMB either. */
+	probe(self->fd, m, MiB, self->rp, r);
+	EXPECT_EQ(EREMOTEIO, r->err);
+	munmap(m, MiB);
+	close(pfd);
+	free(r);
+}
+
+/* A range that runs from device memory into RAM is not device memory. */
+TEST_F(pm, range_past_the_mapping)
+{
+	struct p2pdirect_alloc a;
+	struct probe_result *r = calloc(1, sizeof(*r));
+	char *m;
+
+	ASSERT_NE(NULL, r);
+	m = alloc_map(self->fd, self->gpu->index, 1 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	probe(self->fd, m + MiB - 4096, 8192, self->sw, r);
+	EXPECT_NE(0, r->err);
+	EXPECT_TRUE(r->err == EFAULT || r->err == ENXIO) TH_LOG("got %s", strerror(r->err));
+	free(r);
+}
+
+TEST_F(pm, bad_input)
+{
+	struct p2pdirect_alloc a;
+	struct probe_result *r = calloc(1, sizeof(*r));
+	int regular = open("/init", O_RDONLY);
+	void *m;
+
+	ASSERT_NE(NULL, r);
+	ASSERT_GE(regular, 0);
+	m = alloc_map(self->fd, self->gpu->index, 1 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	probe(self->fd, m, 0, self->sw, r);
+	EXPECT_EQ(EINVAL, r->err);
+	probe(self->fd, (void *)~0ul, 8192, self->sw, r);
+	EXPECT_EQ(EINVAL, r->err);
+	probe(self->fd, m, MiB, -1, r);
+	EXPECT_EQ(EBADF, r->err);
+	probe(self->fd, m, MiB, 9999, r);
+	EXPECT_EQ(EBADF, r->err);
+	probe(self->fd, m, MiB, regular, r);
+	EXPECT_EQ(ENOTBLK, r->err);
+	probe(self->fd, m, MiB, self->fd, r);
+	EXPECT_EQ(ENOTBLK, r->err);
+	/* Unknown flags and a non-zero pad. */
+	memset(&r->req, 0, sizeof(r->req));
+	r->req.addr = (uintptr_t)m;
+	r->req.size = MiB;
+	r->req.fd = self->sw;
+	r->req.flags = 2;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &r->req));
+	EXPECT_EQ(EINVAL, errno);
+	r->req.flags = 0;
+	r->req.pad = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &r->req));
+	EXPECT_EQ(EINVAL, errno);
+	/* Unmapped memory. */
+	ASSERT_EQ(0, munmap(m, a.size));
+	probe(self->fd, m, MiB, self->sw, r);
+	EXPECT_EQ(EFAULT, r->err);
+	/* Segments pointer that cannot be written. */
+	m = alloc_map(self->fd, self->gpu->index, 1 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	memset(&r->req, 0, sizeof(r->req));
+	r->req.addr = (uintptr_t)m;
+	r->req.size = MiB;
+	r->req.fd = self->sw;
+	r->req.segs = 16;
+	r->req.capacity = 4;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &r->req));
+	EXPECT_EQ(EFAULT, errno);
+	/* Capacity 0: count only. */
+	r->req.segs = 0;
+	r->req.capacity = 0;
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &r->req));
+	EXPECT_GE(r->req.count, 1u);
+	close(regular);
+	free(r);
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Peer-memory tests from Rust (in the test VM, module loaded, root).
+
+use p2pdirect::{sys, Device};
+use std::{fs, os::fd::AsRawFd};
+
+/// Namespace 1 of the NVMe controller with this serial.
+fn nvme(serial: &str) -> fs::File {
+    for e in fs::read_dir("/sys/class/nvme").unwrap() {
+        let e = e.unwrap();
+        let s = fs::read_to_string(e.path().join("serial")).unwrap_or_default();
+        if s.trim() == serial {
+            let ns = format!("/dev/{}n1", e.file_name().to_string_lossy());
+            return fs::File::open(ns).unwrap();
+        }
+    }
+    panic!("no NVMe controller with serial {serial}");
+}
+
+#[test]
+fn devmem_probe_sw_and_rp() {
+    let dev = Device::open().unwrap();
+    let gpu = dev
+        .providers()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)
+        .unwrap();
+    let a = dev.alloc(gpu.index, 1 << 20, 0).unwrap();
+    let m = dev.map(&a).unwrap();
+    let sw = nvme("p2pnvme-sw");
+    let p = dev.dma_probe(m.as_ptr(), a.size, sw.as_raw_fd()).unwrap();
+    assert_eq!(p.client, sys::P2PDIRECT_CLIENT_DEVMEM);
+    assert_eq!(p.segments.first().map(|s| s.0), Some(a.bus_addr));
+    assert_eq!(p.segments.iter().map(|s| s.1).sum::<u64>(), a.size);
+    for (addr, len) in &p.segments {
+        assert!(*addr >= gpu.bus_addr && addr + len <= gpu.bus_addr + gpu.bar_size);
+    }
+    let rp = nvme("p2pnvme-rp");
+    let e = dev
+        .dma_probe(m.as_ptr(), a.size, rp.as_raw_fd())
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EREMOTEIO));
+}
+
+#[test]
+fn ram_is_declined() {
+    let dev = Device::open().unwrap();
+    let ram = vec![1u8; 1 << 20];
+    let sw = nvme("p2pnvme-sw");
+    let e = dev
+        .dma_probe(ram.as_ptr(), ram.len() as u64, sw.as_raw_fd())
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENXIO));
+}

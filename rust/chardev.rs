@@ -8,6 +8,7 @@
 use crate::{
     devmem::{AllocInfo, Allocation},
     ffi::{self, FileMapping},
+    registration::{self, FileRegs},
 };
 use kernel::{
     fs::File,
@@ -33,6 +34,9 @@ pub(crate) struct OpenFile {
     /// Device-memory allocations of this file (lock order: see devmem).
     #[pin]
     allocs: Mutex<KVec<Allocation>>,
+    /// Registrations of this file (lock order: see registration).
+    #[pin]
+    regs: Mutex<FileRegs>,
 }
 
 impl OpenFile {
@@ -50,6 +54,22 @@ impl OpenFile {
         let (alloc, info) = Allocation::new(provider, size, align, FileMapping::of(file)?)?;
         allocs.push_within_capacity(alloc).map_err(|_| ENOMEM)?;
         Ok(info)
+    }
+
+    /// P2PDIRECT_IOC_REGISTER: returns (id, client).
+    pub(crate) fn register(&self, addr: u64, size: u64, write: bool) -> Result<(u64, u32)> {
+        let cap = crate::max_pinned_bytes();
+        registration::register(&mut self.regs.lock(), addr, size, write, cap)
+    }
+
+    /// P2PDIRECT_IOC_DEREGISTER: returns the state the registration had.
+    pub(crate) fn deregister(&self, id: u64) -> Result<u32> {
+        registration::deregister(&mut self.regs.lock(), id)
+    }
+
+    /// P2PDIRECT_IOC_REG_QUERY.
+    pub(crate) fn reg_state(&self, id: u64) -> Result<u32> {
+        registration::query(&self.regs.lock(), id)
     }
 
     /// P2PDIRECT_IOC_FREE.
@@ -73,12 +93,15 @@ impl MiscDevice for OpenFile {
         KBox::try_pin_init(
             try_pin_init!(OpenFile {
                 allocs <- new_mutex!(KVec::new()),
+                regs <- new_mutex!(KVec::new()),
             }),
             GFP_KERNEL,
         )
     }
 
     fn release(me: Pin<KBox<Self>>, _file: &File) {
+        // Own registrations first: they may pin this file's own memory.
+        registration::drop_all(&mut me.regs.lock());
         for a in me.allocs.lock().iter_mut() {
             a.free_at_close();
         }

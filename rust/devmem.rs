@@ -13,11 +13,15 @@
 //!
 //! Lock order: `OpenFile::allocs` -> `Provider::inner`. The global provider
 //! list (`ffi::providers()`) is taken alone, or before `Provider::inner`.
+//! Invalidation of registrations (registration room) runs with neither
+//! `Provider::inner` held (it takes its own locks, after `OpenFile::allocs`).
 //!
 //! Page lifetime: each allocation's pages carry one reference held by
-//! p2pdirect from ALLOC to FREE; a mapping or a pin adds more. FREE refuses
-//! (`EBUSY`) while any other reference exists, so memory is never returned to
-//! the pool while a process or a device can still reach it.
+//! p2pdirect from ALLOC to FREE; a mapping or a pin adds more. Freeing first
+//! takes the memory away from everyone (registrations invalidated, user
+//! mappings zapped: later access gets SIGBUS), then waits a bounded time for
+//! transient pins (I/O in flight) and refuses with `EBUSY` if any remain, so
+//! memory is never returned to the pool while a device can still reach it.
 
 use crate::{
     ffi::{self, FileMapping, P2pMem, PciFunction},
@@ -119,14 +123,24 @@ impl Provider {
     }
 
     /// The device is going away: drop it from the list, take its memory away
-    /// from every user (mappings are zapped; later access gets SIGBUS) and
-    /// give the BAR back to the P2PDMA pool.
+    /// from every user (mappings are zapped, registrations invalidated; later
+    /// access gets SIGBUS) and give the BAR back to the P2PDMA pool.
     pub(crate) fn unregister(&self) {
         ffi::providers().retain(|p| p.index != self.index);
-        let mut inner = self.inner.lock();
-        for r in inner.ranges.ranges() {
-            r.tag.mapping.zap(r.tag.mmap_offset, r.len);
+        let handles = {
+            let inner = self.inner.lock();
+            let mut handles = KVec::new();
+            for r in inner.ranges.ranges() {
+                r.tag.mapping.zap(r.tag.mmap_offset, r.len);
+                // On allocation failure the pins are still waited for below.
+                let _ = handles.push(handle_of_mmap_offset(r.tag.mmap_offset), GFP_KERNEL);
+            }
+            handles
+        };
+        for h in handles.iter() {
+            crate::registration::invalidate(*h);
         }
+        let mut inner = self.inner.lock();
         let mut leaked = false;
         if let Some(mem) = inner.mem.as_ref() {
             for r in inner.ranges.ranges() {
@@ -194,6 +208,11 @@ pub(crate) fn refresh_published() -> Result {
     Ok(())
 }
 
+/// The allocation handle an mmap offset names.
+pub(crate) fn handle_of_mmap_offset(offset: u64) -> u64 {
+    offset >> MMAP_SHIFT
+}
+
 /// Finds a provider by index.
 pub(crate) fn provider(index: u32) -> Option<Arc<Provider>> {
     let find = || ffi::providers().iter().find(|p| p.index == index).cloned();
@@ -237,6 +256,8 @@ pub(crate) struct Allocation {
     pub(crate) size: u64,
     /// `Published`: the memory taken from the owner's pool for this allocation.
     own: Option<P2pMem>,
+    /// Where the allocation's user mappings live.
+    mapping: FileMapping,
 }
 
 /// What ALLOC reports.
@@ -284,7 +305,7 @@ impl Allocation {
                     size,
                     align,
                     MapInfo {
-                        mapping,
+                        mapping: mapping.clone(),
                         mmap_offset,
                     },
                 )?;
@@ -328,54 +349,45 @@ impl Allocation {
                 start,
                 size,
                 own,
+                mapping,
             },
             info,
         ))
     }
 
-    /// Frees the allocation unless its memory is still mapped or pinned.
-    /// On `EBUSY` the allocation is left as it was.
+    /// Frees the allocation: takes the memory away from every user first
+    /// (registrations invalidated, mappings zapped), then returns it unless a
+    /// transient pin outlives a bounded wait (`EBUSY`; the allocation stays).
     pub(crate) fn try_free(&mut self) -> Result {
-        let (start, size) = (self.start as usize, self.size as usize);
-        if let Some(own) = self.own.as_ref() {
-            own.try_release(start, size)?;
-            self.own = None;
-            let mut inner = self.provider.inner.lock();
-            inner.published_used -= self.size;
+        crate::registration::invalidate(self.handle);
+        self.mapping.zap(self.mmap_offset(), self.size);
+        if let Some(own) = self.own.take() {
+            if !release_when_idle(&own, 0, self.start, self.size) {
+                self.own = Some(own);
+                return Err(EBUSY);
+            }
+            drop(own);
+            self.provider.inner.lock().published_used -= self.size;
             return Ok(());
         }
         let mut inner = self.provider.inner.lock();
         let inner = &mut *inner;
         if let Some(mem) = inner.mem.as_ref() {
-            mem.try_release(start, size)?;
+            if !release_when_idle(mem, 0, self.start, self.size) {
+                return Err(EBUSY);
+            }
             inner.ranges.free(self.start)?;
         }
         // Without memory the provider already took everything back.
         Ok(())
     }
 
-    /// Frees the allocation at close or exit: no mapping can remain (a
-    /// mapping keeps the file open), so only a transient pin can delay it.
+    /// Frees the allocation at close or exit. If a pin outlives the wait the
+    /// memory is never reused: the pool must not get pinned pages back.
     pub(crate) fn free_at_close(&mut self) {
-        if let Some(own) = self.own.take() {
-            if release_when_idle(&own, 0, self.start, self.size) {
-                drop(own);
-                self.provider.inner.lock().published_used -= self.size;
-            } else {
-                self.leaked();
-                core::mem::forget(own);
-            }
-            return;
-        }
-        let mut inner = self.provider.inner.lock();
-        let inner = &mut *inner;
-        if let Some(mem) = inner.mem.as_ref() {
-            if release_when_idle(mem, 0, self.start, self.size) {
-                let _ = inner.ranges.free(self.start);
-            } else {
-                // The range stays allocated: the pool never gets pinned pages back.
-                self.leaked();
-            }
+        if self.try_free().is_err() {
+            self.leaked();
+            core::mem::forget(self.own.take());
         }
     }
 

@@ -59,7 +59,8 @@ mod shim {
         pub(super) fn p2pdirect_vma_may_share(vma: *mut vm_area_struct) -> bool;
         pub(super) fn p2pdirect_next_published(prev: *mut pci_dev) -> *mut pci_dev;
         pub(super) fn p2pdirect_has_published_p2pmem(pdev: *mut pci_dev) -> bool;
-        pub(super) fn p2pdirect_user_range_is_devmem(addr: u64, len: u64) -> bool;
+        pub(super) fn p2pdirect_user_range_is_devmem(addr: u64, len: u64, offset: *mut u64)
+            -> bool;
         pub(super) fn p2pdirect_user_addr_is_p2pdma(addr: u64) -> c_int;
         pub(super) fn p2pdirect_pin_user(addr: u64, len: u64, write: bool) -> *mut c_void;
         pub(super) fn p2pdirect_pin_is_p2pdma(pin: *mut c_void) -> bool;
@@ -95,6 +96,18 @@ kernel::sync::global_lock! {
         crate::peer_mem::Registry::new();
 }
 
+kernel::sync::global_lock! {
+    // SAFETY: `Globals::init` initialises it first thing in module init,
+    // before the misc device that uses it is registered.
+    pub(crate) unsafe(uninit) static REGISTRATIONS: Mutex<KVec<Arc<crate::registration::RegEntry>>> =
+        KVec::new();
+}
+
+/// Every live registration of every file (see registration's lock order).
+pub(crate) fn registrations() -> kernel::sync::GlobalGuard<REGISTRATIONS> {
+    REGISTRATIONS.lock()
+}
+
 /// The peer-memory client registry (a leaf lock: clients only take the mmap lock).
 pub(crate) fn peer_clients() -> kernel::sync::GlobalGuard<PEER_CLIENTS> {
     PEER_CLIENTS.lock()
@@ -116,6 +129,8 @@ impl Globals {
         unsafe { PROVIDERS.init() };
         // SAFETY: as above, for the peer-memory registry.
         unsafe { PEER_CLIENTS.init() };
+        // SAFETY: as above, for the registrations.
+        unsafe { REGISTRATIONS.init() };
         Self(())
     }
 }
@@ -125,6 +140,7 @@ impl Drop for Globals {
         // Statics are never dropped: free the lists' buffers here, after the
         // PCI driver's unregistration emptied the provider list.
         drop(core::mem::take(&mut *PROVIDERS.lock()));
+        drop(core::mem::take(&mut *REGISTRATIONS.lock()));
         drop(core::mem::replace(
             &mut *PEER_CLIENTS.lock(),
             crate::peer_mem::Registry::new(),
@@ -318,6 +334,11 @@ pub(crate) fn eremoteio() -> Error {
     Error::from_errno(-(bindings::EREMOTEIO as i32))
 }
 
+/// `EDQUOT` (not among the kernel crate's error codes): over a quota.
+pub(crate) fn edquot() -> Error {
+    Error::from_errno(-(bindings::EDQUOT as i32))
+}
+
 /// Decodes a C `ERR_PTR`-or-pointer return.
 fn ptr_or_err<T>(p: *mut T) -> Result<NonNull<T>> {
     let v = p as isize;
@@ -327,11 +348,13 @@ fn ptr_or_err<T>(p: *mut T) -> Result<NonNull<T>> {
     NonNull::new(p).ok_or(ENOMEM)
 }
 
-/// Whether `[addr, addr + len)` of the calling process lies in one mapping
-/// of p2pdirect device memory.
-pub(crate) fn user_range_is_devmem(addr: u64, len: u64) -> bool {
-    // SAFETY: looks up the current process's VMAs under its mmap lock.
-    unsafe { shim::p2pdirect_user_range_is_devmem(addr, len) }
+/// If `[addr, addr + len)` of the calling process lies in one mapping of
+/// p2pdirect device memory: the device-file offset that mapping starts at.
+pub(crate) fn user_devmem_offset(addr: u64, len: u64) -> Option<u64> {
+    let mut offset = 0u64;
+    // SAFETY: looks up the current process's VMAs under its mmap lock; the
+    // out pointer is to our local.
+    unsafe { shim::p2pdirect_user_range_is_devmem(addr, len, &mut offset) }.then_some(offset)
 }
 
 /// Whether the page at user address `addr` of the calling process is
@@ -545,6 +568,7 @@ impl Drop for P2pMem {
 /// `0` is the `f_mapping` of an open file of `/dev/p2pdirect`. Holders keep
 /// it only while that file is open: it is stored in allocations, which the
 /// file frees before it goes (and the inode, owner of the mapping, with it).
+#[derive(Clone)]
 pub(crate) struct FileMapping(NonNull<bindings::address_space>);
 
 // SAFETY: an address space may be used from any thread.

@@ -30,6 +30,9 @@ const _: () =
 const _: () = assert!(uapi::P2PDIRECT_IOC_ALLOC == iowr::<uapi::p2pdirect_alloc>(2));
 const _: () = assert!(uapi::P2PDIRECT_IOC_FREE == iowr::<uapi::p2pdirect_free>(3));
 const _: () = assert!(uapi::P2PDIRECT_IOC_DMA_PROBE == iowr::<uapi::p2pdirect_dma_probe>(4));
+const _: () = assert!(uapi::P2PDIRECT_IOC_REGISTER == iowr::<uapi::p2pdirect_register>(5));
+const _: () = assert!(uapi::P2PDIRECT_IOC_DEREGISTER == iowr::<uapi::p2pdirect_reg_id>(6));
+const _: () = assert!(uapi::P2PDIRECT_IOC_REG_QUERY == iowr::<uapi::p2pdirect_reg_id>(7));
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
@@ -39,6 +42,9 @@ pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Resu
         uapi::P2PDIRECT_IOC_ALLOC => alloc(me, file, arg),
         uapi::P2PDIRECT_IOC_FREE => free(me, arg),
         uapi::P2PDIRECT_IOC_DMA_PROBE => dma_probe(arg),
+        uapi::P2PDIRECT_IOC_REGISTER => register(me, arg),
+        uapi::P2PDIRECT_IOC_DEREGISTER => reg_id(arg, |id| me.deregister(id)),
+        uapi::P2PDIRECT_IOC_REG_QUERY => reg_id(arg, |id| me.reg_state(id)),
         _ => Err(unknown(cmd)),
     }
 }
@@ -152,6 +158,34 @@ fn dma_probe(arg: usize) -> Result<isize> {
     req.page_size = u32::try_from(claim.page_size()).map_err(|_| EOVERFLOW)?;
     req.client = claim.client_id;
     req.dma_pci_addr = dev.pci().map_or(0, |p| p.addr());
+    ffi::copy_to_user(arg, &req)?;
+    Ok(0)
+}
+
+fn register(me: &OpenFile, arg: usize) -> Result<isize> {
+    let mut req: uapi::p2pdirect_register = ffi::copy_from_user(arg)?;
+    if req.flags & !uapi::P2PDIRECT_REG_WRITE != 0 {
+        return Err(EINVAL);
+    }
+    let write = req.flags & uapi::P2PDIRECT_REG_WRITE != 0;
+    let (id, client) = me.register(req.addr, req.size, write)?;
+    req.id = id;
+    req.client = client;
+    if let Err(e) = ffi::copy_to_user(arg, &req) {
+        // The caller cannot learn the id: undo rather than pin until close.
+        let _ = me.deregister(id);
+        return Err(e);
+    }
+    Ok(0)
+}
+
+/// DEREGISTER and REG_QUERY: `op` maps an id to a state.
+fn reg_id(arg: usize, op: impl FnOnce(u64) -> Result<u32>) -> Result<isize> {
+    let mut req: uapi::p2pdirect_reg_id = ffi::copy_from_user(arg)?;
+    if req.pad != 0 {
+        return Err(EINVAL);
+    }
+    req.state = op(req.id)?;
     ffi::copy_to_user(arg, &req)?;
     Ok(0)
 }

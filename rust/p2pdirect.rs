@@ -15,6 +15,7 @@ mod ioctl;
 mod peer_clients;
 mod peer_mem;
 mod range_alloc;
+mod registration;
 
 use kernel::{driver, pci, prelude::*};
 
@@ -24,6 +25,19 @@ module! {
     authors: ["p2pdirect developers"],
     description: "Device memory, peer-memory clients and direct storage I/O on PCI P2PDMA",
     license: "GPL",
+    params: {
+        max_pinned_mib: u64 {
+            default: 1024,
+            description: "Most device memory one open file may keep registered (pinned), in MiB",
+        },
+    },
+}
+
+/// The per-open-file cap on registered bytes.
+pub(crate) fn max_pinned_bytes() -> u64 {
+    module_parameters::max_pinned_mib
+        .value()
+        .saturating_mul(1 << 20)
 }
 
 /// Version of this module, reported by `P2PDIRECT_IOC_GET_VERSION`.

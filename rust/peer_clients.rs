@@ -20,6 +20,8 @@ use kernel::{page::PAGE_SIZE, prelude::*, sync::Arc};
 struct PinContext {
     range: UserRange,
     pin: Option<UserPin>,
+    /// The p2pdirect allocation the range lies in (devmem client only).
+    handle: Option<u64>,
 }
 
 impl Context for PinContext {
@@ -52,10 +54,21 @@ impl Context for PinContext {
     fn put_pages(&mut self) {
         self.pin = None;
     }
+
+    fn devmem_handle(&self) -> Option<u64> {
+        self.handle
+    }
 }
 
-fn context(range: UserRange) -> Result<Option<KBox<dyn Context>>> {
-    let ctx: KBox<dyn Context> = KBox::new(PinContext { range, pin: None }, GFP_KERNEL)?;
+fn context(range: UserRange, handle: Option<u64>) -> Result<Option<KBox<dyn Context>>> {
+    let ctx: KBox<dyn Context> = KBox::new(
+        PinContext {
+            range,
+            pin: None,
+            handle,
+        },
+        GFP_KERNEL,
+    )?;
     Ok(Some(ctx))
 }
 
@@ -72,10 +85,9 @@ impl Client for DevmemClient {
     }
 
     fn acquire(&self, range: UserRange) -> Result<Option<KBox<dyn Context>>> {
-        if ffi::user_range_is_devmem(range.addr, range.end() - range.addr) {
-            context(range)
-        } else {
-            Ok(None)
+        match ffi::user_devmem_offset(range.addr, range.end() - range.addr) {
+            Some(offset) => context(range, Some(crate::devmem::handle_of_mmap_offset(offset))),
+            None => Ok(None),
         }
     }
 }
@@ -94,7 +106,7 @@ impl Client for P2pdmaUserClient {
 
     fn acquire(&self, range: UserRange) -> Result<Option<KBox<dyn Context>>> {
         if ffi::user_addr_is_p2pdma(range.addr)? {
-            context(range)
+            context(range, None)
         } else {
             Ok(None)
         }

@@ -63,6 +63,11 @@ pub(crate) trait Context: Send {
     fn dma_unmap(&mut self);
     /// Unpins the pages.
     fn put_pages(&mut self);
+    /// For p2pdirect's own memory: the allocation (its handle) the range
+    /// lies in, so that freeing it can invalidate the claim.
+    fn devmem_handle(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A peer-memory client.
@@ -108,6 +113,10 @@ impl Claim {
 
     pub(crate) fn page_size(&self) -> u64 {
         self.ctx.page_size()
+    }
+
+    pub(crate) fn devmem_handle(&self) -> Option<u64> {
+        self.ctx.devmem_handle()
     }
 
     pub(crate) fn dma_map(&mut self, dev: &crate::ffi::DmaDevice) -> Result<KVec<DmaSeg>> {

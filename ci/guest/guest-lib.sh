@@ -149,7 +149,8 @@ run_checks() {
 	check "two NVMe controllers" count_is 2 "$(nvmes)"
 	check "PCIe switch: GPUs and nvme sw behind it, nvme rp outside" switch_topology
 	echo clear >/sys/kernel/debug/kmemleak
-	check "insmod p2pdirect.ko" insmod /p2pdirect.ko
+	# A small pin cap, so that the tests can reach it (peermem_test).
+	check "insmod p2pdirect.ko max_pinned_mib=96" insmod /p2pdirect.ko max_pinned_mib=96
 	check "/dev/p2pdirect is a root-only char device" devnode_root_only
 	say "1..$n"
 	say "# suite-exit: guest $fails"

@@ -232,8 +232,11 @@ struct p2pdirect_pin {
 	struct device *dma_dev;	/* set while mapped */
 };
 
-/* Whether [addr, addr + len) lies in one p2pdirect device-memory mapping of current. */
-bool p2pdirect_user_range_is_devmem(u64 addr, u64 len)
+/*
+ * Whether [addr, addr + len) lies in one p2pdirect device-memory mapping of
+ * current; if so, *offset is the device file offset the mapping starts at.
+ */
+bool p2pdirect_user_range_is_devmem(u64 addr, u64 len, u64 *offset)
 {
 	struct mm_struct *mm = current->mm;
 	struct vm_area_struct *vma;
@@ -244,6 +247,8 @@ bool p2pdirect_user_range_is_devmem(u64 addr, u64 len)
 	mmap_read_lock(mm);
 	vma = vma_lookup(mm, addr);
 	ret = vma && vma->vm_ops == &p2pdirect_vm_ops && addr + len <= vma->vm_end;
+	if (ret)
+		*offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
 	mmap_read_unlock(mm);
 	return ret;
 }

@@ -35,7 +35,7 @@ bool p2pdirect_vma_may_share(struct vm_area_struct *vma);
 bool p2pdirect_has_published_p2pmem(struct pci_dev *pdev);
 struct pci_dev *p2pdirect_next_published(struct pci_dev *prev);
 int p2pdirect_bar_of_bus_addr(struct pci_dev *pdev, u64 bus, u64 *start, u64 *len);
-bool p2pdirect_user_range_is_devmem(u64 addr, u64 len);
+bool p2pdirect_user_range_is_devmem(u64 addr, u64 len, u64 *offset);
 int p2pdirect_user_addr_is_p2pdma(u64 addr);
 struct p2pdirect_pin *p2pdirect_pin_user(u64 addr, u64 len, bool write);
 bool p2pdirect_pin_is_p2pdma(struct p2pdirect_pin *pin);

@@ -33,6 +33,8 @@ uapi_pod!(
     p2pdirect_free,
     p2pdirect_dma_seg,
     p2pdirect_dma_probe,
+    p2pdirect_register,
+    p2pdirect_reg_id,
 );
 
 // No implicit padding: each size is the sum of its fields.
@@ -46,4 +48,6 @@ const _: () = {
     assert!(size_of::<p2pdirect_free>() == 8);
     assert!(size_of::<p2pdirect_dma_seg>() == 16);
     assert!(size_of::<p2pdirect_dma_probe>() == 8 + 8 + 4 + 4 + 8 + 6 * 4);
+    assert!(size_of::<p2pdirect_register>() == 8 + 8 + 4 + 4 + 8);
+    assert!(size_of::<p2pdirect_reg_id>() == 8 + 4 + 4);
 };

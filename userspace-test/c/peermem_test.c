@@ -7,6 +7,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <stdint.h>
@@ -87,7 +90,7 @@ static int segs_within(struct probe_result *r, __u64 lo, __u64 len, __u64 *total
 FIXTURE(pm) {
 	int fd, sw, rp;
 	struct p2pdirect_provider_info p[8];
-	struct p2pdirect_provider_info *gpu, *cmb;
+	struct p2pdirect_provider_info *gpu, *gpu1, *cmb;
 	char sw_pci[256];
 };
 
@@ -102,14 +105,16 @@ FIXTURE_SETUP(pm)
 	req.entries = (uintptr_t)self->p;
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
 	n = req.count;
-	self->gpu = self->cmb = NULL;
+	self->gpu = self->gpu1 = self->cmb = NULL;
 	for (int i = 0; i < n; i++) {
+		if (self->p[i].kind == P2PDIRECT_PROVIDER_BAR && self->gpu && !self->gpu1)
+			self->gpu1 = &self->p[i];
 		if (self->p[i].kind == P2PDIRECT_PROVIDER_BAR && !self->gpu)
 			self->gpu = &self->p[i];
 		if (self->p[i].kind == P2PDIRECT_PROVIDER_PUBLISHED)
 			self->cmb = &self->p[i];
 	}
-	ASSERT_NE(NULL, self->gpu);
+	ASSERT_NE(NULL, self->gpu1);
 	ASSERT_TRUE(find_nvme("p2pnvme-sw", self->sw_pci, sizeof(self->sw_pci), ns, sizeof(ns)));
 	self->sw = open(ns, O_RDONLY);
 	ASSERT_GE(self->sw, 0);
@@ -312,6 +317,266 @@ TEST_F(pm, bad_input)
 	EXPECT_GE(r->req.count, 1u);
 	close(regular);
 	free(r);
+}
+
+static int reg(int fd, void *addr, __u64 size, __u64 *id)
+{
+	struct p2pdirect_register r = { .addr = (uintptr_t)addr, .size = size };
+
+	if (ioctl(fd, P2PDIRECT_IOC_REGISTER, &r))
+		return -errno;
+	*id = r.id;
+	return r.client;
+}
+
+/* The state of registration @id, or -errno. */
+static int reg_state(int fd, unsigned long cmd, __u64 id)
+{
+	struct p2pdirect_reg_id q = { .id = id };
+
+	if (ioctl(fd, cmd, &q))
+		return -errno;
+	return q.state;
+}
+
+static int do_free(int fd, __u64 handle)
+{
+	struct p2pdirect_free f = { .handle = handle };
+
+	return ioctl(fd, P2PDIRECT_IOC_FREE, &f) ? -errno : 0;
+}
+
+TEST_F(pm, register_query_deregister)
+{
+	struct p2pdirect_register bad_flags = { .size = 4096, .flags = 4 };
+	struct p2pdirect_reg_id bad_pad = { .id = 1, .pad = 1 };
+	struct p2pdirect_alloc a;
+	__u64 id = 0, id2 = 0;
+	void *m;
+
+	m = alloc_map(self->fd, self->gpu->index, 2 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(P2PDIRECT_CLIENT_DEVMEM, reg(self->fd, m, a.size, &id));
+	EXPECT_EQ(P2PDIRECT_REG_LIVE, reg_state(self->fd, P2PDIRECT_IOC_REG_QUERY, id));
+	/* Same range again: EEXIST; a sub-range is another registration. */
+	EXPECT_EQ(-EEXIST, reg(self->fd, m, a.size, &id2));
+	EXPECT_EQ(P2PDIRECT_CLIENT_DEVMEM, reg(self->fd, m, 4096, &id2));
+	EXPECT_EQ(P2PDIRECT_REG_LIVE, reg_state(self->fd, P2PDIRECT_IOC_DEREGISTER, id));
+	EXPECT_EQ(-ENOENT, reg_state(self->fd, P2PDIRECT_IOC_DEREGISTER, id));
+	EXPECT_EQ(-ENOENT, reg_state(self->fd, P2PDIRECT_IOC_REG_QUERY, id));
+	EXPECT_EQ(-ENOENT, reg_state(self->fd, P2PDIRECT_IOC_DEREGISTER, 987654321));
+	EXPECT_EQ(P2PDIRECT_REG_LIVE, reg_state(self->fd, P2PDIRECT_IOC_DEREGISTER, id2));
+	/* Bad input. */
+	EXPECT_EQ(-EINVAL, reg(self->fd, m, 0, &id));
+	bad_flags.addr = (uintptr_t)m;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &bad_flags));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REG_QUERY, &bad_pad));
+	EXPECT_EQ(EINVAL, errno);
+}
+
+TEST_F(pm, register_ram_is_enxio)
+{
+	void *ram = aligned_alloc(4096, MiB);
+	__u64 id = 0;
+
+	ASSERT_NE(NULL, ram);
+	memset(ram, 0, MiB);
+	EXPECT_EQ(-ENXIO, reg(self->fd, ram, MiB, &id));
+	free(ram);
+}
+
+TEST_F(pm, register_sysfs_p2pmem_is_p2pdma_user)
+{
+	char path[300];
+	__u64 id = 0;
+	int pfd;
+	void *m;
+
+	ASSERT_NE(NULL, self->cmb);
+	snprintf(path, sizeof(path), "%s/p2pmem/allocate", self->sw_pci);
+	pfd = open(path, O_RDWR);
+	ASSERT_GE(pfd, 0);
+	m = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(P2PDIRECT_CLIENT_P2PDMA_USER, reg(self->fd, m, MiB, &id));
+	EXPECT_EQ(P2PDIRECT_REG_LIVE, reg_state(self->fd, P2PDIRECT_IOC_DEREGISTER, id));
+	munmap(m, MiB);
+	close(pfd);
+}
+
+/* The pin cap (the guest loads the module with max_pinned_mib=96) holds per file. */
+TEST_F(pm, pin_cap_per_file)
+{
+	struct p2pdirect_alloc a, b;
+	int fd2 = open(DEV_PATH, O_RDWR);
+	__u64 id1 = 0, id2 = 0, id3 = 0;
+	void *m1, *m2;
+
+	ASSERT_GE(fd2, 0);
+	m1 = alloc_map(self->fd, self->gpu->index, 48 * MiB, &a);
+	m2 = alloc_map(self->fd, self->gpu1->index, 48 * MiB, &b);
+	ASSERT_NE(MAP_FAILED, m1);
+	ASSERT_NE(MAP_FAILED, m2);
+	EXPECT_LT(0, reg(self->fd, m1, 48 * MiB, &id1));
+	EXPECT_LT(0, reg(self->fd, m2, 48 * MiB, &id2));
+	EXPECT_EQ(-EDQUOT, reg(self->fd, m1, 4096, &id3));
+	/* Another file has its own budget. */
+	EXPECT_LT(0, reg(fd2, m1, 4096, &id3));
+	EXPECT_EQ(P2PDIRECT_REG_LIVE, reg_state(self->fd, P2PDIRECT_IOC_DEREGISTER, id2));
+	EXPECT_LT(0, reg(self->fd, m1, 4096, &id3));
+	close(fd2);
+}
+
+/*
+ * FREE while registered by another file: the registration is invalidated
+ * (its pins dropped, reported dead) and FREE succeeds.
+ */
+TEST_F(pm, free_invalidates_other_files_registration)
+{
+	struct p2pdirect_alloc a;
+	int fd2 = open(DEV_PATH, O_RDWR);
+	__u64 id = 0;
+	void *m;
+
+	ASSERT_GE(fd2, 0);
+	m = alloc_map(self->fd, self->gpu->index, 1 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_LT(0, reg(fd2, m, a.size, &id));
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(fd2, P2PDIRECT_IOC_REG_QUERY, id));
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(fd2, P2PDIRECT_IOC_DEREGISTER, id));
+	munmap(m, a.size);
+	close(fd2);
+}
+
+/* The owner's close invalidates another file's registration too. */
+TEST_F(pm, owner_close_invalidates_registration)
+{
+	struct p2pdirect_alloc a;
+	int owner = open(DEV_PATH, O_RDWR);
+	__u64 id = 0;
+	void *m;
+
+	ASSERT_GE(owner, 0);
+	m = alloc_map(owner, self->gpu->index, 1 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_LT(0, reg(self->fd, m, a.size, &id));
+	ASSERT_EQ(0, munmap(m, a.size));
+	ASSERT_EQ(0, close(owner));
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(self->fd, P2PDIRECT_IOC_REG_QUERY, id));
+}
+
+/*
+ * FREE while registered: a child that mapped the allocation through the
+ * shared file gets SIGBUS when it touches it afterwards.
+ */
+TEST_F(pm, free_while_registered_child_gets_sigbus)
+{
+	struct p2pdirect_alloc a;
+	int ready[2], go[2], status;
+	char c = 0;
+	pid_t pid;
+	__u64 id = 0;
+	void *m;
+
+	m = alloc_map(self->fd, self->gpu->index, 1 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_LT(0, reg(self->fd, m, a.size, &id));
+	ASSERT_EQ(0, pipe(ready));
+	ASSERT_EQ(0, pipe(go));
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		char *cm = mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd,
+				a.mmap_offset);
+
+		if (cm == MAP_FAILED)
+			_exit(100);
+		(void)__atomic_load_n(&cm[0], __ATOMIC_RELAXED);
+		if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(101);
+		signal(SIGBUS, SIG_DFL);
+		(void)__atomic_load_n(&cm[4096], __ATOMIC_RELAXED);
+		_exit(0);
+	}
+	ASSERT_EQ(1, read(ready[0], &c, 1));
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(self->fd, P2PDIRECT_IOC_REG_QUERY, id));
+	ASSERT_EQ(1, write(go[1], &c, 1));
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFSIGNALED(status)) TH_LOG("child status %#x", status);
+	if (WIFSIGNALED(status))
+		EXPECT_EQ(SIGBUS, WTERMSIG(status));
+	munmap(m, a.size);
+}
+
+struct stress_arg {
+	int fd, blk;
+	__u32 provider;
+	int iterations;
+	int errors;
+};
+
+/* Register, probe (an I/O-like pin cycle) and free, over and over. */
+static void *stress_thread(void *p)
+{
+	struct stress_arg *s = p;
+
+	for (int i = 0; i < s->iterations; i++) {
+		struct p2pdirect_dma_seg seg[4];
+		struct p2pdirect_dma_probe pr = { 0 };
+		struct p2pdirect_alloc a;
+		__u64 id = 0;
+		void *m = alloc_map(s->fd, s->provider, 64 << 10, &a);
+
+		if (m == MAP_FAILED) {
+			s->errors++;
+			continue;
+		}
+		if (reg(s->fd, m, a.size, &id) < 0)
+			s->errors++;
+		pr.addr = (uintptr_t)m;
+		pr.size = a.size;
+		pr.fd = s->blk;
+		pr.segs = (uintptr_t)seg;
+		pr.capacity = 4;
+		if (ioctl(s->fd, P2PDIRECT_IOC_DMA_PROBE, &pr))
+			s->errors++;
+		/* Every other time FREE races the registration; else deregister first. */
+		if (i & 1)
+			reg_state(s->fd, P2PDIRECT_IOC_DEREGISTER, id);
+		if (do_free(s->fd, a.handle))
+			s->errors++;
+		if (!(i & 1) && reg_state(s->fd, P2PDIRECT_IOC_DEREGISTER, id) != P2PDIRECT_REG_DEAD)
+			s->errors++;
+		munmap(m, a.size);
+	}
+	return NULL;
+}
+
+/* Several threads, one file and a file each, under lockdep and KASAN. */
+TEST_F(pm, stress_register_free_pin_cycles)
+{
+	struct stress_arg args[6];
+	pthread_t t[6];
+
+	for (int i = 0; i < 6; i++) {
+		args[i] = (struct stress_arg){
+			.fd = i < 3 ? self->fd : open(DEV_PATH, O_RDWR),
+			.blk = self->sw,
+			.provider = i & 1 ? self->gpu1->index : self->gpu->index,
+			.iterations = 60,
+		};
+		ASSERT_GE(args[i].fd, 0);
+		ASSERT_EQ(0, pthread_create(&t[i], NULL, stress_thread, &args[i]));
+	}
+	for (int i = 0; i < 6; i++) {
+		pthread_join(t[i], NULL);
+		EXPECT_EQ(0, args[i].errors) TH_LOG("thread %d: %d errors", i, args[i].errors);
+		if (i >= 3)
+			close(args[i].fd);
+	}
 }
 
 TEST_HARNESS_MAIN

@@ -29,7 +29,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 2
+#define P2PDIRECT_ABI_MINOR 3
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -151,8 +151,12 @@ struct p2pdirect_alloc {
  * @handle: in, from P2PDIRECT_IOC_ALLOC on this open file
  *
  * Errors: -ENOENT no such allocation on this file (never allocated, already
- * freed, or another file's); -EBUSY the memory is still mapped or pinned
- * (munmap it first).
+ * freed, or another file's); -EBUSY the memory is still pinned.
+ *
+ * FREE takes the memory away from everyone first: registrations on it are
+ * invalidated and every user mapping of it is zapped (a later CPU access
+ * gets SIGBUS). -EBUSY is left only for pins that outlive that (a
+ * transient I/O that does not finish within seconds).
  */
 struct p2pdirect_free {
 	__u64 handle;
@@ -214,6 +218,55 @@ struct p2pdirect_dma_probe {
 	__u32 pad;
 };
 
+/* struct p2pdirect_register.flags */
+#define P2PDIRECT_REG_WRITE 1	/* devices will write into the buffer */
+
+/**
+ * struct p2pdirect_register - P2PDIRECT_IOC_REGISTER (cuFileBufRegister's role)
+ * @addr: in, user address of device memory (a "device pointer")
+ * @size: in, bytes
+ * @flags: in, P2PDIRECT_REG_*
+ * @client: out, P2PDIRECT_CLIENT_* that claimed the range
+ * @id: out, names the registration for DEREGISTER and REG_QUERY
+ *
+ * Pins the range once, through the peer-memory client that owns it, for
+ * reuse by I/O. The registration belongs to the open file; close or exit
+ * drops it. When the memory goes away (FREE, the owner's close or exit,
+ * device removal) the registration is invalidated: its pins are dropped and
+ * REG_QUERY reports it P2PDIRECT_REG_DEAD.
+ *
+ * Errors: -ENXIO not device memory (no client claims it); -EEXIST this file
+ * already registered exactly this range; -EDQUOT the file would pin more
+ * than the module parameter max_pinned_mib allows; -EFAULT the range is not
+ * mapped; -EINVAL size 0, a wrapping range, unknown flags.
+ */
+struct p2pdirect_register {
+	__u64 addr;
+	__u64 size;
+	__u32 flags;
+	__u32 client;
+	__u64 id;
+};
+
+/* struct p2pdirect_reg_id.state */
+#define P2PDIRECT_REG_LIVE 1	/* pinned, usable */
+#define P2PDIRECT_REG_DEAD 2	/* invalidated: the memory went away */
+
+/**
+ * struct p2pdirect_reg_id - P2PDIRECT_IOC_DEREGISTER, P2PDIRECT_IOC_REG_QUERY
+ * @id: in, from P2PDIRECT_IOC_REGISTER on this open file
+ * @state: out, P2PDIRECT_REG_* (for DEREGISTER: the state it had)
+ * @pad: zero
+ *
+ * Errors: -ENOENT no such registration on this file (never made, already
+ * deregistered, or another file's).
+ */
+struct p2pdirect_reg_id {
+	__u64 id;
+	__u32 state;
+	__u32 pad;
+};
+
 #define P2PDIRECT_IOC_LIST_PROVIDERS \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 1, struct p2pdirect_list_providers)
 #define P2PDIRECT_IOC_ALLOC \
@@ -222,5 +275,11 @@ struct p2pdirect_dma_probe {
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 3, struct p2pdirect_free)
 #define P2PDIRECT_IOC_DMA_PROBE \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 4, struct p2pdirect_dma_probe)
+#define P2PDIRECT_IOC_REGISTER \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 5, struct p2pdirect_register)
+#define P2PDIRECT_IOC_DEREGISTER \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 6, struct p2pdirect_reg_id)
+#define P2PDIRECT_IOC_REG_QUERY \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 7, struct p2pdirect_reg_id)
 
 #endif /* _UAPI_LINUX_P2PDIRECT_H */

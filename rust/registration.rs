@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Buffer registrations (cuFileBufRegister's role): a range pinned once,
+//! through the peer-memory client that owns it, and kept for reuse by I/O
+//! until the file deregisters it, closes, or the memory goes away.
+//!
+//! Invalidation: freeing p2pdirect device memory (FREE, the owner's close or
+//! exit, device removal) first calls [`invalidate`] for the allocation: every
+//! registration on it, whichever file made it, drops its pins and reports
+//! itself dead from then on.
+//!
+//! Lock order: `OpenFile::regs` -> `REGISTRATIONS` (global) -> `RegEntry::claim`.
+//! The devmem room calls [`invalidate`] with no lock of its own held.
+
+use crate::{
+    ffi,
+    peer_mem::{Claim, UserRange},
+};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex,
+    },
+};
+
+/// One registration.
+#[pin_data]
+pub(crate) struct RegEntry {
+    pub(crate) id: u64,
+    pub(crate) range: UserRange,
+    pub(crate) client: u32,
+    /// The p2pdirect allocation the range lies in, if it is p2pdirect's memory.
+    handle: Option<u64>,
+    /// The pinned claim; `None` once invalidated.
+    #[pin]
+    claim: Mutex<Option<Claim>>,
+}
+
+impl RegEntry {
+    pub(crate) fn is_live(&self) -> bool {
+        self.claim.lock().is_some()
+    }
+
+    /// `P2PDIRECT_REG_LIVE` or `P2PDIRECT_REG_DEAD`.
+    pub(crate) fn state(&self) -> u32 {
+        if self.is_live() {
+            ffi::uapi::P2PDIRECT_REG_LIVE
+        } else {
+            ffi::uapi::P2PDIRECT_REG_DEAD
+        }
+    }
+}
+
+static NEXT_REG: Atomic<u64> = Atomic::new(1);
+
+/// The registrations of one open file.
+pub(crate) type FileRegs = KVec<Arc<RegEntry>>;
+
+/// REGISTER: pins `[addr, addr + size)` for the file owning `regs`, whose
+/// live registrations may pin at most `cap` bytes. Returns (id, client).
+pub(crate) fn register(
+    regs: &mut FileRegs,
+    addr: u64,
+    size: u64,
+    write: bool,
+    cap: u64,
+) -> Result<(u64, u32)> {
+    let range = UserRange::new(addr, size)?;
+    if regs.iter().any(|r| r.range == range) {
+        return Err(EEXIST);
+    }
+    let pinned: u64 = regs
+        .iter()
+        .filter(|r| r.is_live())
+        .map(|r| r.range.size)
+        .sum();
+    if pinned.checked_add(size).is_none_or(|total| total > cap) {
+        if ffi::ratelimit() {
+            pr_info!(
+                "REGISTER refused: {} + {} bytes pinned would pass max_pinned_mib\n",
+                pinned,
+                size
+            );
+        }
+        return Err(ffi::edquot());
+    }
+    let mut claim = ffi::peer_clients().acquire(range)?;
+    claim.get_pages(write)?;
+    let (client, handle) = (claim.client_id, claim.devmem_handle());
+    let id = NEXT_REG.fetch_add(1, Relaxed);
+    let entry = Arc::pin_init(
+        pin_init!(RegEntry {
+            id,
+            range,
+            client,
+            handle,
+            claim <- new_mutex!(Some(claim)),
+        }),
+        GFP_KERNEL,
+    )?;
+    regs.reserve(1, GFP_KERNEL)?;
+    ffi::registrations().push(entry.clone(), GFP_KERNEL)?;
+    regs.push_within_capacity(entry).map_err(|_| ENOMEM)?;
+    Ok((id, client))
+}
+
+fn take(regs: &mut FileRegs, id: u64) -> Result<Arc<RegEntry>> {
+    let i = regs.iter().position(|r| r.id == id).ok_or(ENOENT)?;
+    let entry = regs.remove(i).map_err(|_| ENOENT)?;
+    ffi::registrations().retain(|r| r.id != id);
+    Ok(entry)
+}
+
+/// DEREGISTER: drops the registration; returns the state it had.
+pub(crate) fn deregister(regs: &mut FileRegs, id: u64) -> Result<u32> {
+    Ok(take(regs, id)?.state())
+}
+
+/// REG_QUERY.
+pub(crate) fn query(regs: &FileRegs, id: u64) -> Result<u32> {
+    regs.iter()
+        .find(|r| r.id == id)
+        .map(|r| r.state())
+        .ok_or(ENOENT)
+}
+
+/// Drops every registration of a closing file.
+pub(crate) fn drop_all(regs: &mut FileRegs) {
+    while let Some(r) = regs.pop() {
+        ffi::registrations().retain(|e| e.id != r.id);
+    }
+}
+
+/// The allocation `handle` is going away: every registration on it drops
+/// its pins and is dead from now on. Returns how many were invalidated.
+pub(crate) fn invalidate(handle: u64) -> usize {
+    let list = ffi::registrations();
+    let mut n = 0;
+    for e in list.iter().filter(|e| e.handle == Some(handle)) {
+        if e.claim.lock().take().is_some() {
+            n += 1;
+        }
+    }
+    n
+}

@@ -381,6 +381,46 @@ impl Device {
         })
     }
 
+    /// `P2PDIRECT_IOC_REGISTER`: pins `[addr, addr + size)` of device memory
+    /// for reuse by I/O. Returns (registration id, `P2PDIRECT_CLIENT_*`).
+    pub fn register(&self, addr: *const u8, size: u64, write: bool) -> io::Result<(u64, u32)> {
+        let mut req = sys::p2pdirect_register {
+            addr: addr as u64,
+            size,
+            flags: if write { sys::P2PDIRECT_REG_WRITE } else { 0 },
+            ..Default::default()
+        };
+        // SAFETY: REGISTER reads and writes one `p2pdirect_register`.
+        unsafe {
+            self.ioctl_raw(
+                sys::P2PDIRECT_IOC_REGISTER.into(),
+                std::ptr::from_mut(&mut req).cast(),
+            )
+        }?;
+        Ok((req.id, req.client))
+    }
+
+    /// `P2PDIRECT_IOC_DEREGISTER`: whether the registration was still live.
+    pub fn deregister(&self, id: u64) -> io::Result<bool> {
+        self.reg_id(sys::P2PDIRECT_IOC_DEREGISTER, id)
+    }
+
+    /// `P2PDIRECT_IOC_REG_QUERY`: whether the registration is live (false:
+    /// the memory went away and the registration was invalidated).
+    pub fn registration_live(&self, id: u64) -> io::Result<bool> {
+        self.reg_id(sys::P2PDIRECT_IOC_REG_QUERY, id)
+    }
+
+    fn reg_id(&self, cmd: u32, id: u64) -> io::Result<bool> {
+        let mut req = sys::p2pdirect_reg_id {
+            id,
+            ..Default::default()
+        };
+        // SAFETY: both commands read and write one `p2pdirect_reg_id`.
+        unsafe { self.ioctl_raw(cmd.into(), std::ptr::from_mut(&mut req).cast()) }?;
+        Ok(req.state == sys::P2PDIRECT_REG_LIVE)
+    }
+
     /// The raw file descriptor, for tests that call mmap themselves.
     pub fn as_raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()

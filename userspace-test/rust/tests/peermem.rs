@@ -53,3 +53,33 @@ fn ram_is_declined() {
         .unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENXIO));
 }
+
+#[test]
+fn register_then_free_invalidates() {
+    let dev = Device::open().unwrap();
+    let gpu = dev
+        .providers()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)
+        .unwrap();
+    let a = dev.alloc(gpu.index, 1 << 20, 0).unwrap();
+    let m = dev.map(&a).unwrap();
+    let (id, client) = dev.register(m.as_ptr(), a.size, true).unwrap();
+    assert_eq!(client, sys::P2PDIRECT_CLIENT_DEVMEM);
+    assert!(dev.registration_live(id).unwrap());
+    assert_eq!(
+        dev.register(m.as_ptr(), a.size, true)
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    drop(m);
+    dev.free(a.handle).unwrap();
+    assert!(!dev.registration_live(id).unwrap());
+    assert!(!dev.deregister(id).unwrap());
+    assert_eq!(
+        dev.deregister(id).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+}

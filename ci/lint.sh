@@ -32,7 +32,7 @@ step "clippy: module (Kbuild CLIPPY=1)" make -s -C "$kdir" M="$repo" LLVM="$LLVM
 make -s -C "$kdir" M="$repo" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" modules >/dev/null 2>&1
 step "rustfmt: userspace crate" bash -c "cd '$repo/userspace-test/rust' && cargo fmt --check"
 step "clippy: userspace crate" bash -c "cd '$repo/userspace-test/rust' && cargo clippy --quiet --all-targets -- -D warnings"
-for f in "$repo"/rust/ffi/shim.c "$repo"/rust/ffi/shim.h "$repo"/include/uapi/linux/p2pdirect.h "$repo"/userspace-test/c/*.c; do
+for f in "$repo"/rust/ffi/shim.c "$repo"/rust/ffi/shim.h "$repo"/include/uapi/linux/p2pdirect.h "$repo"/userspace-test/c/*.[ch]; do
 	step "checkpatch: ${f#"$repo"/}" perl "$ksrc/scripts/checkpatch.pl" --no-tree --quiet --show-types \
 		--ignore SPDX_LICENSE_TAG,FILE_PATH_CHANGES,NEW_TYPEDEFS -f "$f"
 done

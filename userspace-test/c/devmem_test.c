@@ -25,6 +25,7 @@
 #include <linux/p2pdirect.h>
 
 #include "kselftest_harness.h"
+#include "nvme_util.h"
 
 #define DEV_PATH "/dev/p2pdirect"
 #define KiB (1ull << 10)
@@ -504,27 +505,9 @@ TEST_F(dm, bad_mmap_input)
 /* Opens namespace 1 of the NVMe controller with serial @serial, O_DIRECT. */
 static int open_nvme(const char *serial)
 {
-	char path[64], buf[64];
-	int fd = -1;
-	glob_t g;
+	char ns[64];
 
-	if (glob("/sys/class/nvme/nvme*", 0, NULL, &g))
-		return -1;
-	for (size_t i = 0; i < g.gl_pathc && fd < 0; i++) {
-		FILE *f;
-
-		snprintf(path, sizeof(path), "%s/serial", g.gl_pathv[i]);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(buf, sizeof(buf), f) && !strncmp(buf, serial, strlen(serial))) {
-			snprintf(path, sizeof(path), "/dev/%sn1", strrchr(g.gl_pathv[i], '/') + 1);
-			fd = open(path, O_RDWR | O_DIRECT);
-		}
-		fclose(f);
-	}
-	globfree(&g);
-	return fd;
+	return find_nvme(serial, ns, sizeof(ns), NULL) ? open(ns, O_RDWR | O_DIRECT) : -1;
 }
 
 /*

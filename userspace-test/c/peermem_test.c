@@ -23,40 +23,11 @@
 #include <linux/p2pdirect.h>
 
 #include "kselftest_harness.h"
+#include "nvme_util.h"
 
 #define DEV_PATH "/dev/p2pdirect"
 #define MiB (1ull << 20)
 #define MAX_SEGS 512
-
-/* Path of the sysfs dir and namespace of the NVMe controller with @serial. */
-static int find_nvme(const char *serial, char *pci_dir, size_t pci_len, char *ns, size_t ns_len)
-{
-	char path[128], buf[64];
-	int found = 0;
-	glob_t g;
-
-	if (glob("/sys/class/nvme/nvme*", 0, NULL, &g))
-		return 0;
-	for (size_t i = 0; i < g.gl_pathc && !found; i++) {
-		FILE *f;
-
-		snprintf(path, sizeof(path), "%s/serial", g.gl_pathv[i]);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(buf, sizeof(buf), f) && !strncmp(buf, serial, strlen(serial))) {
-			const char *name = strrchr(g.gl_pathv[i], '/') + 1;
-
-			snprintf(ns, ns_len, "/dev/%sn1", name);
-			snprintf(path, sizeof(path), "%s/device", g.gl_pathv[i]);
-			if (realpath(path, pci_dir) && strlen(pci_dir) < pci_len)
-				found = 1;
-		}
-		fclose(f);
-	}
-	globfree(&g);
-	return found;
-}
 
 struct probe_result {
 	int err;
@@ -91,13 +62,13 @@ FIXTURE(pm) {
 	int fd, sw, rp;
 	struct p2pdirect_provider_info p[8];
 	struct p2pdirect_provider_info *gpu, *gpu1, *cmb;
-	char sw_pci[256];
+	char sw_pci[PATH_MAX];
 };
 
 FIXTURE_SETUP(pm)
 {
 	struct p2pdirect_list_providers req = { .capacity = 8 };
-	char ns[64], rp_pci[256];
+	char ns[64], rp_pci[PATH_MAX];
 	int n;
 
 	self->fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
@@ -115,10 +86,10 @@ FIXTURE_SETUP(pm)
 			self->cmb = &self->p[i];
 	}
 	ASSERT_NE(NULL, self->gpu1);
-	ASSERT_TRUE(find_nvme("p2pnvme-sw", self->sw_pci, sizeof(self->sw_pci), ns, sizeof(ns)));
+	ASSERT_TRUE(find_nvme("p2pnvme-sw", ns, sizeof(ns), self->sw_pci));
 	self->sw = open(ns, O_RDONLY);
 	ASSERT_GE(self->sw, 0);
-	ASSERT_TRUE(find_nvme("p2pnvme-rp", rp_pci, sizeof(rp_pci), ns, sizeof(ns)));
+	ASSERT_TRUE(find_nvme("p2pnvme-rp", ns, sizeof(ns), rp_pci));
 	self->rp = open(ns, O_RDONLY);
 	ASSERT_GE(self->rp, 0);
 }
@@ -219,7 +190,7 @@ TEST_F(pm, ram_is_declined)
 TEST_F(pm, p2pdma_user_client_maps_sysfs_p2pmem)
 {
 	struct probe_result *r = calloc(1, sizeof(*r));
-	char path[300];
+	char path[PATH_MAX + 32];
 	__u64 total;
 	int pfd;
 	void *m;
@@ -388,7 +359,7 @@ TEST_F(pm, register_ram_is_enxio)
 
 TEST_F(pm, register_sysfs_p2pmem_is_p2pdma_user)
 {
-	char path[300];
+	char path[PATH_MAX + 32];
 	__u64 id = 0;
 	int pfd;
 	void *m;

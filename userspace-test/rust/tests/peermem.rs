@@ -17,15 +17,19 @@ fn nvme(serial: &str) -> fs::File {
     panic!("no NVMe controller with serial {serial}");
 }
 
-#[test]
-fn devmem_probe_sw_and_rp() {
-    let dev = Device::open().unwrap();
-    let gpu = dev
-        .providers()
+/// The first emulated GPU.
+fn gpu(dev: &Device) -> p2pdirect::Provider {
+    dev.providers()
         .unwrap()
         .into_iter()
         .find(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)
-        .unwrap();
+        .expect("an emulated GPU")
+}
+
+#[test]
+fn devmem_probe_sw_and_rp() {
+    let dev = Device::open().unwrap();
+    let gpu = gpu(&dev);
     let a = dev.alloc(gpu.index, 1 << 20, 0).unwrap();
     let m = dev.map(&a).unwrap();
     let sw = nvme("p2pnvme-sw");
@@ -57,12 +61,7 @@ fn ram_is_declined() {
 #[test]
 fn register_then_free_invalidates() {
     let dev = Device::open().unwrap();
-    let gpu = dev
-        .providers()
-        .unwrap()
-        .into_iter()
-        .find(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)
-        .unwrap();
+    let gpu = gpu(&dev);
     let a = dev.alloc(gpu.index, 1 << 20, 0).unwrap();
     let m = dev.map(&a).unwrap();
     let (id, client) = dev.register(m.as_ptr(), a.size, true).unwrap();

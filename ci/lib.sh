@@ -18,3 +18,10 @@ export PATH="$P2P_CACHE/cargo/bin:$PATH"
 
 log() { printf '[p2pdirect] %s\n' "$*" >&2; }
 die() { printf '[p2pdirect] error: %s\n' "$*" >&2; exit 1; }
+
+# prune_runs DIR KEEP: removes all but the KEEP newest subdirectories of DIR.
+prune_runs() {
+	[ -d "$1" ] || return 0
+	find "$1" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %p\n' | sort -rn |
+		tail -n +"$(($2 + 1))" | cut -d' ' -f2- | xargs -r rm -rf
+}

@@ -13,6 +13,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 . "$here/lib.sh"
+# Never fail silently: say which command stopped the run.
+trap 'log "vm.sh: line $LINENO failed: $BASH_COMMAND"' ERR
 
 mode=${1:-check}
 timeout_s=${P2PDIRECT_VM_TIMEOUT:-900}
@@ -25,7 +27,7 @@ log "building userspace tests"
 make -s -C "$repo/userspace-test/c" KSRC="$ksrc" >&2
 rust_tests=$(cd "$repo/userspace-test/rust" &&
 	cargo build --quiet --release --bin p2pd >&2 &&
-	cargo test --quiet --release --no-run --message-format=json 2>/dev/null |
+	cargo test --quiet --release --no-run --message-format=json |
 	python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -34,9 +36,9 @@ for line in sys.stdin:
         print(m["executable"])')
 [ -n "$rust_tests" ] || die "no Rust test binaries were built"
 
-# Keep the last 10 runs for inspection, drop older ones.
+# Keep the last 10 runs (this one included) for inspection.
 mkdir -p "$P2P_CACHE/runs"
-ls -1dt "$P2P_CACHE"/runs/*/ 2>/dev/null | tail -n +10 | xargs -r rm -rf
+prune_runs "$P2P_CACHE/runs" 9
 run=$(mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX" 2>/dev/null ||
 	{ mkdir -p "$P2P_CACHE/runs" && mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX"; })
 shm_prefix="/dev/shm/p2pdirect-$(basename "$run")"

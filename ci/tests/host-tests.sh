@@ -46,6 +46,22 @@ summary 1 "1 passed, 1 failed" "a suite that exits non-zero with all ok fails" <
 summary 1 "0 passed, 0 failed" "no tests at all is not a pass" </dev/null
 echo "1..$n"
 
+echo "# suite: host-prune-runs"
+n=0
+. "$ci/lib.sh" 2>/dev/null
+runs="$tmp/runs"
+mkdir -p "$runs"
+(set -euo pipefail; prune_runs "$runs" 9) && ok "pruning an empty run dir succeeds under set -e and pipefail" ||
+	notok "pruning an empty run dir succeeds under set -e and pipefail"
+for i in $(seq 1 12); do mkdir "$runs/r$i" && touch -d "@$((1000000 + i))" "$runs/r$i"; done
+(set -euo pipefail; prune_runs "$runs" 9)
+left=$(ls "$runs" | sort -V | tr '\n' ' ')
+[ "$left" = "r4 r5 r6 r7 r8 r9 r10 r11 r12 " ] && ok "pruning keeps the 9 newest runs" ||
+	notok "pruning keeps the 9 newest runs (left: $left)"
+(set -euo pipefail; prune_runs "$tmp/missing" 9) && ok "pruning a missing dir is a no-op" ||
+	notok "pruning a missing dir is a no-op"
+echo "1..$n"
+
 echo "# suite: host-hostcheck"
 n=0
 # A 1 MiB "GPU" with seed-7 pattern at 64 KiB, 4 KiB long, zero guards around.

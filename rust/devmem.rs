@@ -13,8 +13,8 @@
 //!
 //! Lock order: `OpenFile::allocs` -> `Provider::inner`. The global provider
 //! list (`ffi::providers()`) is taken alone, or before `Provider::inner`.
-//! Invalidation of registrations (registration room) runs with neither
-//! `Provider::inner` held (it takes its own locks, after `OpenFile::allocs`).
+//! Invalidation (`peer_mem::invalidate`) runs with `Provider::inner` not
+//! held (it takes the subscriber list and each consumer's own lock).
 //!
 //! Page lifetime: each allocation's pages carry one reference held by
 //! p2pdirect from ALLOC to FREE; a mapping or a pin adds more. Freeing first
@@ -138,7 +138,7 @@ impl Provider {
             handles
         };
         for h in handles.iter() {
-            crate::registration::invalidate(*h);
+            crate::peer_mem::invalidate(*h);
         }
         let mut inner = self.inner.lock();
         let mut leaked = false;
@@ -359,7 +359,7 @@ impl Allocation {
     /// (registrations invalidated, mappings zapped), then returns it unless a
     /// transient pin outlives a bounded wait (`EBUSY`; the allocation stays).
     pub(crate) fn try_free(&mut self) -> Result {
-        crate::registration::invalidate(self.handle);
+        crate::peer_mem::invalidate(self.handle);
         self.mapping.zap(self.mmap_offset(), self.size);
         if let Some(own) = self.own.take() {
             if !release_when_idle(&own, 0, self.start, self.size) {

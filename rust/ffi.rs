@@ -99,13 +99,13 @@ kernel::sync::global_lock! {
 kernel::sync::global_lock! {
     // SAFETY: `Globals::init` initialises it first thing in module init,
     // before the misc device that uses it is registered.
-    pub(crate) unsafe(uninit) static REGISTRATIONS: Mutex<KVec<Arc<crate::registration::RegEntry>>> =
+    pub(crate) unsafe(uninit) static CONSUMERS: Mutex<KVec<crate::peer_mem::Subscription>> =
         KVec::new();
 }
 
-/// Every live registration of every file (see registration's lock order).
-pub(crate) fn registrations() -> kernel::sync::GlobalGuard<REGISTRATIONS> {
-    REGISTRATIONS.lock()
+/// Consumers subscribed to invalidation of p2pdirect's memory (peer_mem).
+pub(crate) fn consumers() -> kernel::sync::GlobalGuard<CONSUMERS> {
+    CONSUMERS.lock()
 }
 
 /// The peer-memory client registry (a leaf lock: clients only take the mmap lock).
@@ -129,8 +129,8 @@ impl Globals {
         unsafe { PROVIDERS.init() };
         // SAFETY: as above, for the peer-memory registry.
         unsafe { PEER_CLIENTS.init() };
-        // SAFETY: as above, for the registrations.
-        unsafe { REGISTRATIONS.init() };
+        // SAFETY: as above, for the invalidation subscribers.
+        unsafe { CONSUMERS.init() };
         Self(())
     }
 }
@@ -140,7 +140,7 @@ impl Drop for Globals {
         // Statics are never dropped: free the lists' buffers here, after the
         // PCI driver's unregistration emptied the provider list.
         drop(core::mem::take(&mut *PROVIDERS.lock()));
-        drop(core::mem::take(&mut *REGISTRATIONS.lock()));
+        drop(core::mem::take(&mut *CONSUMERS.lock()));
         drop(core::mem::replace(
             &mut *PEER_CLIENTS.lock(),
             crate::peer_mem::Registry::new(),

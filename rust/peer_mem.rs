@@ -13,6 +13,13 @@
 //!
 //! Release is `Drop` of the context: it runs `dma_unmap` and `put_pages` if
 //! the consumer did not, so a context can never leak pins.
+//!
+//! Invalidation: a consumer that keeps a claim on p2pdirect's own memory
+//! subscribes to that allocation with [`subscribe`]; when the memory goes
+//! away (FREE, the owner's close or exit, device removal) the devmem room
+//! calls [`invalidate`] and every subscriber's [`Consumer::invalidate`] drops
+//! its claim before the memory is reused. Subscribers' callbacks run under
+//! the subscriber list's lock and must take only their own (leaf) locks.
 
 use kernel::{
     prelude::*,
@@ -78,6 +85,44 @@ pub(crate) trait Client: Send + Sync {
     /// Claims `range` (`Ok(Some)`) or declines it (`Ok(None)`): a client
     /// claims only memory it owns, entirely.
     fn acquire(&self, range: UserRange) -> Result<Option<KBox<dyn Context>>>;
+}
+
+/// Someone holding a claim on p2pdirect's memory, told when it goes away.
+pub(crate) trait Consumer: Send + Sync {
+    /// Distinguishes subscriptions (for [`unsubscribe`]).
+    fn consumer_id(&self) -> u64;
+    /// The memory is going away: drop the claim (unmap, unpin) now and never
+    /// use it again.
+    fn invalidate(&self);
+}
+
+/// A consumer subscribed to the allocation `handle`.
+pub(crate) struct Subscription {
+    handle: u64,
+    consumer: Arc<dyn Consumer>,
+}
+
+/// Tells `consumer` when the allocation `handle` goes away.
+pub(crate) fn subscribe(handle: u64, consumer: Arc<dyn Consumer>) -> Result {
+    crate::ffi::consumers().push(Subscription { handle, consumer }, GFP_KERNEL)?;
+    Ok(())
+}
+
+/// Ends the subscription(s) of consumer `id`.
+pub(crate) fn unsubscribe(id: u64) {
+    crate::ffi::consumers().retain(|s| s.consumer.consumer_id() != id);
+}
+
+/// The allocation `handle` is going away: every subscriber drops its claim.
+/// Returns how many were told.
+pub(crate) fn invalidate(handle: u64) -> usize {
+    let list = crate::ffi::consumers();
+    let mut n = 0;
+    for s in list.iter().filter(|s| s.handle == handle) {
+        s.consumer.invalidate();
+        n += 1;
+    }
+    n
 }
 
 /// A registered client and how many contexts it has out.

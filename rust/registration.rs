@@ -4,17 +4,15 @@
 //! through the peer-memory client that owns it, and kept for reuse by I/O
 //! until the file deregisters it, closes, or the memory goes away.
 //!
-//! Invalidation: freeing p2pdirect device memory (FREE, the owner's close or
-//! exit, device removal) first calls [`invalidate`] for the allocation: every
-//! registration on it, whichever file made it, drops its pins and reports
-//! itself dead from then on.
+//! Invalidation: a registration on p2pdirect's own memory subscribes to its
+//! allocation as a peer-memory [`Consumer`]; when the memory goes away it
+//! drops its pins and reports itself dead from then on, whichever file made it.
 //!
-//! Lock order: `OpenFile::regs` -> `REGISTRATIONS` (global) -> `RegEntry::claim`.
-//! The devmem room calls [`invalidate`] with no lock of its own held.
+//! Lock order: `OpenFile::regs` -> subscriber list (peer_mem) -> `RegEntry::claim`.
 
 use crate::{
     ffi,
-    peer_mem::{Claim, UserRange},
+    peer_mem::{self, Claim, Consumer, UserRange},
 };
 use kernel::{
     new_mutex,
@@ -50,6 +48,16 @@ impl RegEntry {
         } else {
             ffi::uapi::P2PDIRECT_REG_DEAD
         }
+    }
+}
+
+impl Consumer for RegEntry {
+    fn consumer_id(&self) -> u64 {
+        self.id
+    }
+
+    fn invalidate(&self) {
+        drop(self.claim.lock().take());
     }
 }
 
@@ -101,7 +109,9 @@ pub(crate) fn register(
         GFP_KERNEL,
     )?;
     regs.reserve(1, GFP_KERNEL)?;
-    ffi::registrations().push(entry.clone(), GFP_KERNEL)?;
+    if let Some(h) = handle {
+        peer_mem::subscribe(h, entry.clone())?;
+    }
     regs.push_within_capacity(entry).map_err(|_| ENOMEM)?;
     Ok((id, client))
 }
@@ -109,7 +119,7 @@ pub(crate) fn register(
 fn take(regs: &mut FileRegs, id: u64) -> Result<Arc<RegEntry>> {
     let i = regs.iter().position(|r| r.id == id).ok_or(ENOENT)?;
     let entry = regs.remove(i).map_err(|_| ENOENT)?;
-    ffi::registrations().retain(|r| r.id != id);
+    peer_mem::unsubscribe(id);
     Ok(entry)
 }
 
@@ -129,19 +139,6 @@ pub(crate) fn query(regs: &FileRegs, id: u64) -> Result<u32> {
 /// Drops every registration of a closing file.
 pub(crate) fn drop_all(regs: &mut FileRegs) {
     while let Some(r) = regs.pop() {
-        ffi::registrations().retain(|e| e.id != r.id);
+        peer_mem::unsubscribe(r.id);
     }
-}
-
-/// The allocation `handle` is going away: every registration on it drops
-/// its pins and is dead from now on. Returns how many were invalidated.
-pub(crate) fn invalidate(handle: u64) -> usize {
-    let list = ffi::registrations();
-    let mut n = 0;
-    for e in list.iter().filter(|e| e.handle == Some(handle)) {
-        if e.claim.lock().take().is_some() {
-            n += 1;
-        }
-    }
-    n
 }

@@ -11,10 +11,9 @@
 //!   Each allocation comes from that driver's pool; its size is the BAR's,
 //!   and what is free is an upper bound (the owner allocates from it too).
 //!
-//! Lock order: `OpenFile::allocs` -> `Provider::inner`. The global provider
-//! list (`ffi::providers()`) is taken alone, or before `Provider::inner`.
-//! Invalidation (`peer_mem::invalidate`) runs with `Provider::inner` not
-//! held (it takes the subscriber list and each consumer's own lock).
+//! Lock order: `OpenFile::allocs` -> `Provider::inner` -> invalidation
+//! subscribers (peer_mem) -> a consumer's own lock. The global provider list
+//! (`ffi::providers()`) is taken alone, or before `Provider::inner`.
 //!
 //! Page lifetime: each allocation's pages carry one reference held by
 //! p2pdirect from ALLOC to FREE; a mapping or a pin adds more. Freeing first
@@ -127,24 +126,17 @@ impl Provider {
     /// access gets SIGBUS) and give the BAR back to the P2PDMA pool.
     pub(crate) fn unregister(&self) {
         ffi::providers().retain(|p| p.index != self.index);
-        let handles = {
-            let inner = self.inner.lock();
-            let mut handles = KVec::new();
-            for r in inner.ranges.ranges() {
-                r.tag.mapping.zap(r.tag.mmap_offset, r.len);
-                // On allocation failure the pins are still waited for below.
-                let _ = handles.push(handle_of_mmap_offset(r.tag.mmap_offset), GFP_KERNEL);
-            }
-            handles
-        };
-        for h in handles.iter() {
-            crate::peer_mem::invalidate(*h);
-        }
+        // One lock hold from the first zap to the last release: no mmap or
+        // ALLOC can reach the memory in between.
         let mut inner = self.inner.lock();
+        for r in inner.ranges.ranges() {
+            r.tag.mapping.zap(r.tag.mmap_offset, r.len);
+        }
         let mut leaked = false;
         if let Some(mem) = inner.mem.as_ref() {
             for r in inner.ranges.ranges() {
-                leaked |= !release_when_idle(mem, 0, r.start, r.len);
+                let handle = handle_of_mmap_offset(r.tag.mmap_offset);
+                leaked |= !release_when_idle(mem, handle, r.start, r.len);
             }
         }
         inner.ranges.clear();
@@ -231,15 +223,18 @@ pub(crate) fn providers() -> Result<KVec<Arc<Provider>>> {
     Ok(out)
 }
 
-/// Waits (bounded) for transient pins, e.g. an O_DIRECT request in flight,
-/// to end, then drops p2pdirect's page references on `mem[base + start..][..len]`.
-/// False if they never ended.
-fn release_when_idle(mem: &P2pMem, base: usize, start: u64, len: u64) -> bool {
+/// Tells every consumer of allocation `handle` to let go, then waits
+/// (bounded) for transient pins, e.g. an O_DIRECT request in flight, to end
+/// and drops p2pdirect's page references on `mem[start..][..len]`. False if
+/// they never ended. Invalidation is repeated on each try, so a consumer that
+/// subscribed while pinning (REGISTER racing FREE) is caught as well.
+fn release_when_idle(mem: &P2pMem, handle: u64, start: u64, len: u64) -> bool {
     let (Ok(start), Ok(len)) = (usize::try_from(start), usize::try_from(len)) else {
         return false;
     };
     for _ in 0..100 {
-        if mem.try_release(base + start, len).is_ok() {
+        crate::peer_mem::invalidate(handle);
+        if mem.try_release(start, len).is_ok() {
             return true;
         }
         ffi::msleep(100);
@@ -359,10 +354,9 @@ impl Allocation {
     /// (registrations invalidated, mappings zapped), then returns it unless a
     /// transient pin outlives a bounded wait (`EBUSY`; the allocation stays).
     pub(crate) fn try_free(&mut self) -> Result {
-        crate::peer_mem::invalidate(self.handle);
         self.mapping.zap(self.mmap_offset(), self.size);
         if let Some(own) = self.own.take() {
-            if !release_when_idle(&own, 0, self.start, self.size) {
+            if !release_when_idle(&own, self.handle, self.start, self.size) {
                 self.own = Some(own);
                 return Err(EBUSY);
             }
@@ -373,7 +367,7 @@ impl Allocation {
         let mut inner = self.provider.inner.lock();
         let inner = &mut *inner;
         if let Some(mem) = inner.mem.as_ref() {
-            if !release_when_idle(mem, 0, self.start, self.size) {
+            if !release_when_idle(mem, self.handle, self.start, self.size) {
                 return Err(EBUSY);
             }
             inner.ranges.free(self.start)?;

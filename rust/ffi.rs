@@ -206,10 +206,12 @@ unsafe impl Sync for PciFunction {}
 impl PciFunction {
     /// Takes a reference on a bound PCI device.
     pub(crate) fn from_pci<Ctx: kernel::device::DeviceContext>(dev: &pci::Device<Ctx>) -> Self {
+        // A `pci::Device` points at its `struct pci_dev` (see `raw_pci`).
+        let raw = NonNull::from(dev).cast::<bindings::pci_dev>();
         // SAFETY: `dev` is a valid pci_dev for the duration of the call.
-        let raw = unsafe { shim::p2pdirect_pci_dev_get(raw_pci(dev)) };
-        // INVARIANT: pci_dev_get returned its argument, non-null, with a new reference.
-        Self(NonNull::new(raw).expect("pci_dev_get of a valid device returns it"))
+        unsafe { shim::p2pdirect_pci_dev_get(raw.as_ptr()) };
+        // INVARIANT: the reference taken just above.
+        Self(raw)
     }
 
     /// The function's address, as `P2PDIRECT_PCI_ADDR()` encodes it.

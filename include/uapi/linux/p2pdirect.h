@@ -29,7 +29,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 3
+#define P2PDIRECT_ABI_MINOR 4
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -267,6 +267,79 @@ struct p2pdirect_reg_id {
 	__u32 pad;
 };
 
+/* struct p2pdirect_io.flags */
+#define P2PDIRECT_IO_REGISTERED 1	/* @addr is a registration id */
+#define P2PDIRECT_IO_COMPAT 2	/* bounce through host memory if unreachable */
+
+/**
+ * struct p2pdirect_io - P2PDIRECT_IOC_READ, P2PDIRECT_IOC_WRITE (cuFileRead's
+ * and cuFileWrite's role)
+ * @fd: in, a raw NVMe namespace (block device) or a regular file on a file
+ *	system with a block device (ext4, xfs), opened with O_DIRECT and with the
+ *	access mode the operation needs (READ: readable, WRITE: writable)
+ * @flags: in, P2PDIRECT_IO_*
+ * @addr: in, a device pointer (user address of device memory), or with
+ *	P2PDIRECT_IO_REGISTERED the id of a registration of this open file
+ * @size: in, bytes to move; a multiple of the logical block size
+ * @file_offset: in, byte offset in @fd; a multiple of the logical block size
+ * @buf_offset: in, byte offset from @addr (or from the registration's start);
+ *	a multiple of the logical block size
+ * @bytes: out, bytes moved
+ * @p2p_bytes: out, of @bytes, moved by DMA between the device and the memory
+ * @bounce_bytes: out, of @bytes, moved through host memory (COMPAT)
+ * @zeroed_bytes: out, of @bytes, read from holes or unwritten extents of a
+ *	file, which the file system zeroes with the CPU
+ * @dma_pci_addr: out, the PCI function that did the DMA (P2PDIRECT_PCI_ADDR)
+ * @pad: zero
+ *
+ * READ moves [file_offset, file_offset + size) of @fd into the memory at
+ * @addr + @buf_offset; WRITE the other way. The NVMe controller DMAs straight
+ * into or out of the device memory: no CPU copy, no bounce buffer. Before any
+ * I/O the module checks that the controller can reach the memory (P2P
+ * distance); if it cannot, the call fails with -EREMOTEIO, unless
+ * P2PDIRECT_IO_COMPAT is set, in which case the data goes through host memory
+ * and is counted in @bounce_bytes.
+ *
+ * Partial transfers follow pread/pwrite: a READ at or past the end of the
+ * file or device moves 0 bytes, one that crosses it stops there (@bytes <
+ * @size); a WRITE to a file may extend it, one past the end of a block device
+ * fails with -ENOSPC. When the device fails part of a transfer, @bytes is
+ * the length of the part from @file_offset that completed without error and
+ * the call succeeds if that is not 0 (else it returns the error, e.g. -EIO);
+ * memory and blocks after that point may or may not have been written.
+ *
+ * Errors: -EBADF @fd is not open, or lacks the access mode (WRITE on an
+ * O_RDONLY fd, READ on an O_WRONLY fd); -EINVAL size 0, size or an offset
+ * not a multiple of the logical block size, @fd not opened with O_DIRECT,
+ * @fd a character device or another kind of file, unknown flags, pad;
+ * -EISDIR @fd is a directory; -ESPIPE @fd is a pipe or socket;
+ * -EOPNOTSUPP the file's file system has no block device (tmpfs, procfs),
+ * or the block device cannot do P2PDMA (without COMPAT); -ENXIO @addr is not
+ * device memory (no peer-memory client claims it: RAM, for one); -EFAULT
+ * the range runs past the end of its device-memory mapping, or is not
+ * mapped; -ENOENT no such registration; -ERANGE the range runs past the end
+ * of the registration; -ESTALE the registration was invalidated (its memory
+ * went away); -EPERM READ into a registration made without
+ * P2PDIRECT_REG_WRITE; -EREMOTEIO the block device's DMA device cannot reach
+ * the memory and COMPAT is not set; -ENOSPC WRITE past the end of a block
+ * device; -EROFS WRITE to a read-only block device; -EIO and others: the
+ * device or file system failed the transfer.
+ */
+struct p2pdirect_io {
+	__s32 fd;
+	__u32 flags;
+	__u64 addr;
+	__u64 size;
+	__u64 file_offset;
+	__u64 buf_offset;
+	__u64 bytes;
+	__u64 p2p_bytes;
+	__u64 bounce_bytes;
+	__u64 zeroed_bytes;
+	__u32 dma_pci_addr;
+	__u32 pad;
+};
+
 #define P2PDIRECT_IOC_LIST_PROVIDERS \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 1, struct p2pdirect_list_providers)
 #define P2PDIRECT_IOC_ALLOC \
@@ -281,5 +354,9 @@ struct p2pdirect_reg_id {
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 6, struct p2pdirect_reg_id)
 #define P2PDIRECT_IOC_REG_QUERY \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 7, struct p2pdirect_reg_id)
+#define P2PDIRECT_IOC_READ \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 8, struct p2pdirect_io)
+#define P2PDIRECT_IOC_WRITE \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 9, struct p2pdirect_io)
 
 #endif /* _UAPI_LINUX_P2PDIRECT_H */

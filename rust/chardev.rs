@@ -67,6 +67,11 @@ impl OpenFile {
         registration::deregister(&mut self.regs.lock(), id)
     }
 
+    /// A registration of this file, for I/O (`ENOENT` if unknown).
+    pub(crate) fn registration(&self, id: u64) -> Result<kernel::sync::Arc<registration::RegEntry>> {
+        registration::find(&self.regs.lock(), id)
+    }
+
     /// P2PDIRECT_IOC_REG_QUERY.
     pub(crate) fn reg_state(&self, id: u64) -> Result<u32> {
         registration::query(&self.regs.lock(), id)

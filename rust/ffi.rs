@@ -26,7 +26,7 @@ use kernel::{
 // members (`pci_dev` embeds one); only the pointers cross, never the layout.
 #[allow(improper_ctypes)]
 mod shim {
-    use kernel::bindings::{address_space, file, pci_dev, vm_area_struct};
+    use kernel::bindings::{address_space, bio, file, pci_dev, vm_area_struct};
     use kernel::ffi::{c_int, c_void};
 
     extern "C" {
@@ -74,6 +74,55 @@ mod shim {
         pub(super) fn p2pdirect_pin_dma_unmap(pin: *mut c_void);
         pub(super) fn p2pdirect_unpin(pin: *mut c_void);
         pub(super) fn p2pdirect_block_dma_pci(file: *mut file) -> *mut pci_dev;
+        pub(super) fn p2pdirect_pin_get(pin: *mut c_void) -> *mut c_void;
+        pub(super) fn p2pdirect_pin_bounce(len: u64) -> *mut c_void;
+        pub(super) fn p2pdirect_pin_len(pin: *mut c_void) -> u64;
+        pub(super) fn p2pdirect_pin_offset(pin: *mut c_void) -> kernel::ffi::c_uint;
+        pub(super) fn p2pdirect_pin_copy(
+            dst: *mut c_void,
+            dst_off: u64,
+            src: *mut c_void,
+            src_off: u64,
+            len: u64,
+        );
+        pub(super) fn p2pdirect_pin_reachable(
+            pin: *mut c_void,
+            pdev: *mut pci_dev,
+            provider: *mut u32,
+        ) -> bool;
+        pub(super) fn p2pdirect_io_fget(fd: c_int, write: bool, is_bdev: *mut bool) -> *mut file;
+        pub(super) fn p2pdirect_fput(f: *mut file);
+        pub(super) fn p2pdirect_io_limits(f: *mut file, l: *mut super::Limits);
+        pub(super) fn p2pdirect_io_dma_pci(f: *mut file) -> *mut pci_dev;
+        pub(super) fn p2pdirect_bdev_sync(f: *mut file, pos: u64, len: u64) -> c_int;
+        pub(super) fn p2pdirect_bdev_invalidate(f: *mut file, pos: u64, len: u64);
+        pub(super) fn p2pdirect_storage_init() -> c_int;
+        pub(super) fn p2pdirect_storage_exit();
+        pub(super) fn p2pdirect_batch_alloc() -> *mut c_void;
+        pub(super) fn p2pdirect_bio_alloc(
+            f: *mut file,
+            write: bool,
+            pos: u64,
+            nr_vecs: kernel::ffi::c_uint,
+        ) -> *mut bio;
+        pub(super) fn p2pdirect_bio_add(
+            bio: *mut bio,
+            pin: *mut c_void,
+            off: u64,
+            len: kernel::ffi::c_uint,
+        ) -> bool;
+        pub(super) fn p2pdirect_bio_put(bio: *mut bio);
+        pub(super) fn p2pdirect_bio_submit(b: *mut c_void, bio: *mut bio, io_off: u64);
+        pub(super) fn p2pdirect_batch_wait(b: *mut c_void, error_off: *mut u64) -> c_int;
+        pub(super) fn p2pdirect_file_rw(
+            f: *mut file,
+            pin: *mut c_void,
+            off: u64,
+            len: u64,
+            pos: u64,
+            write: bool,
+        ) -> isize;
+        pub(super) fn p2pdirect_file_hole_bytes(f: *mut file, pos: u64, len: u64) -> i64;
         pub(super) fn p2pdirect_bar_of_bus_addr(
             pdev: *mut pci_dev,
             bus: u64,
@@ -336,6 +385,17 @@ pub(crate) fn eremoteio() -> Error {
     Error::from_errno(-(bindings::EREMOTEIO as i32))
 }
 
+/// `ESTALE` (not among the kernel crate's error codes): a registration
+/// whose memory went away.
+pub(crate) fn estale() -> Error {
+    Error::from_errno(-(bindings::ESTALE as i32))
+}
+
+/// `EOPNOTSUPP` (not among the kernel crate's error codes).
+pub(crate) fn eopnotsupp() -> Error {
+    Error::from_errno(-(bindings::EOPNOTSUPP as i32))
+}
+
 /// `EDQUOT` (not among the kernel crate's error codes): over a quota.
 pub(crate) fn edquot() -> Error {
     Error::from_errno(-(bindings::EDQUOT as i32))
@@ -441,8 +501,325 @@ impl UserPin {
 
 impl Drop for UserPin {
     fn drop(&mut self) {
-        // SAFETY: by the type invariant we own the pin; this frees it once.
+        // SAFETY: by the type invariant we own the pin; this drops our
+        // reference once (I/O may hold others, see `PinRef`).
         unsafe { shim::p2pdirect_unpin(self.0.as_ptr()) };
+    }
+}
+
+impl UserPin {
+    /// Another reference to the pinned pages, for I/O: the pages stay
+    /// pinned until every reference is gone.
+    pub(crate) fn share(&self) -> PinRef {
+        // SAFETY: the pin is valid by the type invariant; this takes a reference.
+        unsafe { shim::p2pdirect_pin_get(self.0.as_ptr()) };
+        // INVARIANT: `p2pdirect_pin_get` took the reference the new value owns.
+        PinRef(self.0)
+    }
+}
+
+/// A reference to pinned (or bounce) pages that I/O reads or writes.
+///
+/// # Invariants
+///
+/// `0` is a `struct p2pdirect_pin` on which this value owns one reference;
+/// the pages stay valid (pinned or allocated) while it lives.
+pub(crate) struct PinRef(NonNull<kernel::ffi::c_void>);
+
+// SAFETY: the pin is refcounted kernel memory, dropped from any thread.
+unsafe impl Send for PinRef {}
+// SAFETY: shared use only reads the pin's page array, which never changes.
+unsafe impl Sync for PinRef {}
+
+impl PinRef {
+    /// Another reference to the same pages.
+    pub(crate) fn clone_ref(&self) -> Self {
+        // SAFETY: the pin is valid by the type invariant; this takes a reference.
+        unsafe { shim::p2pdirect_pin_get(self.0.as_ptr()) };
+        // INVARIANT: `p2pdirect_pin_get` took the reference the new value owns.
+        Self(self.0)
+    }
+
+    /// `len` bytes of zeroed host memory (the COMPAT bounce buffer).
+    pub(crate) fn bounce(len: u64) -> Result<Self> {
+        // SAFETY: allocates pages; returns a pin with one reference, or ERR_PTR.
+        let p = unsafe { shim::p2pdirect_pin_bounce(len) };
+        // INVARIANT: a fresh pin, its one reference owned here.
+        Ok(Self(ptr_or_err(p)?))
+    }
+
+    /// Bytes of the range.
+    pub(crate) fn len(&self) -> u64 {
+        // SAFETY: the pin is valid by the type invariant.
+        unsafe { shim::p2pdirect_pin_len(self.0.as_ptr()) }
+    }
+
+    /// Offset of the range in its first page.
+    pub(crate) fn page_offset(&self) -> u64 {
+        // SAFETY: the pin is valid by the type invariant.
+        u64::from(unsafe { shim::p2pdirect_pin_offset(self.0.as_ptr()) })
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to `self` at `off` with
+    /// the CPU; `EINVAL` if a range is not inside its pin.
+    pub(crate) fn copy_from(&self, off: u64, src: &PinRef, src_off: u64, len: u64) -> Result {
+        let fits = |p: &PinRef, o: u64| o.checked_add(len).is_some_and(|e| e <= p.len());
+        if !fits(self, off) || !fits(src, src_off) {
+            return Err(EINVAL);
+        }
+        // SAFETY: both pins are valid and both ranges lie inside them (checked).
+        unsafe {
+            shim::p2pdirect_pin_copy(self.0.as_ptr(), off, src.0.as_ptr(), src_off, len)
+        };
+        Ok(())
+    }
+
+    /// `Ok` if `dev` can DMA to every page; else `Err` with the PCI address
+    /// of the provider it cannot reach (0 if unknown).
+    pub(crate) fn reachable_by(&self, dev: &PciFunction) -> core::result::Result<(), u32> {
+        let mut provider = 0u32;
+        // SAFETY: the pin and the device are valid; the out pointer is our local.
+        let ok = unsafe {
+            shim::p2pdirect_pin_reachable(self.0.as_ptr(), dev.0.as_ptr(), &mut provider)
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(provider)
+        }
+    }
+}
+
+impl Drop for PinRef {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we own one reference; dropped once.
+        unsafe { shim::p2pdirect_unpin(self.0.as_ptr()) };
+    }
+}
+
+/// The bio pool of the storage engine, set up at module init.
+///
+/// # Invariants
+///
+/// While this value lives, the shim's bio set is initialised; at most one
+/// exists (the module struct holds it).
+pub(crate) struct BioPool(());
+
+impl BioPool {
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: called once, from module init, before the misc device that
+        // submits bios is registered.
+        kernel::error::to_result(unsafe { shim::p2pdirect_storage_init() })?;
+        // INVARIANT: the bio set was just initialised.
+        Ok(Self(()))
+    }
+}
+
+impl Drop for BioPool {
+    fn drop(&mut self) {
+        // SAFETY: the set is initialised (type invariant) and no bio is in
+        // flight: every I/O waits for its bios before its ioctl returns, and
+        // the misc device is gone before this field is dropped.
+        unsafe { shim::p2pdirect_storage_exit() };
+    }
+}
+
+/// What the bio builder needs to know about a block device (mirrors the
+/// shim's `struct p2pdirect_limits`).
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) logical_block_size: u32,
+    pub(crate) max_bytes: u32,
+    pub(crate) max_segments: u32,
+    pub(crate) p2pdma: u32,
+    pub(crate) read_only: u32,
+    pub(crate) pad: u32,
+    pub(crate) size: u64,
+}
+
+/// The target of a READ or WRITE: a block device or a regular file with a
+/// block device below, open in the calling process with O_DIRECT.
+///
+/// # Invariants
+///
+/// `file` is a valid `struct file` on which this value owns one reference.
+pub(crate) struct IoFile {
+    file: NonNull<bindings::file>,
+    is_bdev: bool,
+}
+
+// SAFETY: a referenced file may be used and released from any thread.
+unsafe impl Send for IoFile {}
+
+impl IoFile {
+    /// Looks `fd` up in the calling process and checks it as read(2) or
+    /// write(2) would (see the UAPI header for the errno of each case).
+    pub(crate) fn from_fd(fd: i32, write: bool) -> Result<Self> {
+        let mut is_bdev = false;
+        // SAFETY: looks up an fd of current; returns a referenced file or ERR_PTR.
+        let f = unsafe { shim::p2pdirect_io_fget(fd, write, &mut is_bdev) };
+        // INVARIANT: the shim returned the file with a reference for us.
+        Ok(Self {
+            file: ptr_or_err(f)?,
+            is_bdev,
+        })
+    }
+
+    /// A raw block device (else a regular file).
+    pub(crate) fn is_bdev(&self) -> bool {
+        self.is_bdev
+    }
+
+    pub(crate) fn limits(&self) -> Limits {
+        let mut l = Limits::default();
+        // SAFETY: the file is valid (type invariant); `l` is our local.
+        unsafe { shim::p2pdirect_io_limits(self.file.as_ptr(), &mut l) };
+        l
+    }
+
+    /// The PCI function that does the block device's DMA.
+    pub(crate) fn dma_pci(&self) -> Result<PciFunction> {
+        // SAFETY: the file is valid; returns a referenced pci_dev or ERR_PTR.
+        let p = unsafe { shim::p2pdirect_io_dma_pci(self.file.as_ptr()) };
+        // INVARIANT: the shim returned the device with a reference for us.
+        Ok(PciFunction(ptr_or_err(p)?))
+    }
+
+    /// Raw block devices: writes back cached dirty data of the range.
+    pub(crate) fn bdev_sync(&self, pos: u64, len: u64) -> Result {
+        // SAFETY: the file is valid.
+        kernel::error::to_result(unsafe { shim::p2pdirect_bdev_sync(self.file.as_ptr(), pos, len) })
+    }
+
+    /// Raw block devices: drops cached data of the range (after a write).
+    pub(crate) fn bdev_invalidate(&self, pos: u64, len: u64) {
+        // SAFETY: the file is valid.
+        unsafe { shim::p2pdirect_bdev_invalidate(self.file.as_ptr(), pos, len) };
+    }
+
+    /// Files: an O_DIRECT read or write of `len` bytes at `pos` from or into
+    /// `pin` at `off`, through the file system. Returns bytes moved.
+    pub(crate) fn rw(&self, pin: &PinRef, off: u64, len: u64, pos: u64, write: bool) -> Result<u64> {
+        // SAFETY: file and pin are valid; the shim checks the range against the pin.
+        let r = unsafe {
+            shim::p2pdirect_file_rw(self.file.as_ptr(), pin.0.as_ptr(), off, len, pos, write)
+        };
+        if r < 0 {
+            return Err(Error::from_errno(r as i32));
+        }
+        Ok(r as u64)
+    }
+
+    /// Files: bytes of `[pos, pos + len)` in holes or unwritten extents.
+    pub(crate) fn hole_bytes(&self, pos: u64, len: u64) -> Result<u64> {
+        // SAFETY: the file is valid.
+        let r = unsafe { shim::p2pdirect_file_hole_bytes(self.file.as_ptr(), pos, len) };
+        if r < 0 {
+            return Err(Error::from_errno(r as i32));
+        }
+        Ok(r as u64)
+    }
+}
+
+impl Drop for IoFile {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we own one reference.
+        unsafe { shim::p2pdirect_fput(self.file.as_ptr()) };
+    }
+}
+
+/// The bios of one I/O into or out of one pin, completed together.
+///
+/// # Invariants
+///
+/// `raw` is a `struct p2pdirect_batch` owned here; it is waited for and
+/// freed exactly once (by `wait` or `Drop`), after which no bio refers to it.
+/// Every bio submitted through it holds only pages of `pin`, on which the
+/// batch holds its own reference until its bios completed: even a forgotten
+/// batch cannot let the pages go while the device uses them.
+pub(crate) struct Batch {
+    raw: NonNull<kernel::ffi::c_void>,
+    pin: PinRef,
+}
+
+impl Batch {
+    /// A batch of bios for pages of `pin`.
+    pub(crate) fn new(pin: &PinRef) -> Result<Self> {
+        // SAFETY: allocates a batch; NULL on failure.
+        let b = unsafe { shim::p2pdirect_batch_alloc() };
+        // INVARIANT: a fresh batch, owned here, with its own pin reference.
+        Ok(Self {
+            raw: NonNull::new(b).ok_or(ENOMEM)?,
+            pin: pin.clone_ref(),
+        })
+    }
+
+    /// Adds bytes `[off, off + len)` of the batch's pin (within one page) to
+    /// `bio`; `false` if the bio is full or the range is not inside one page.
+    pub(crate) fn add(&self, bio: &mut Bio, off: u64, len: u32) -> bool {
+        // SAFETY: bio and pin are valid; the shim checks the range.
+        unsafe { shim::p2pdirect_bio_add(bio.0.as_ptr(), self.pin.0.as_ptr(), off, len) }
+    }
+
+    /// Submits `bio`, which starts at byte `io_off` of the I/O.
+    pub(crate) fn submit(&self, bio: Bio, io_off: u64) {
+        let raw = bio.0.as_ptr();
+        core::mem::forget(bio);
+        // SAFETY: the batch is valid and not yet waited for; `raw` is an
+        // unsubmitted bio we own, handed to the block layer; its pages are
+        // the batch's pin's (only `add` adds pages), held until completion.
+        unsafe { shim::p2pdirect_bio_submit(self.raw.as_ptr(), raw, io_off) };
+    }
+
+    /// Waits for every bio. `Ok` if all succeeded, else the error of the
+    /// first failed bio and its byte offset in the I/O.
+    pub(crate) fn wait(self) -> core::result::Result<(), (Error, u64)> {
+        let mut off = 0u64;
+        // SAFETY: the batch is valid; this waits for its bios and frees it.
+        let r = unsafe { shim::p2pdirect_batch_wait(self.raw.as_ptr(), &mut off) };
+        // The batch is freed: drop the pin reference only.
+        let me = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `me.pin` is read once and never used again through `me`.
+        drop(unsafe { core::ptr::read(&me.pin) });
+        if r == 0 {
+            Ok(())
+        } else {
+            Err((Error::from_errno(r), off))
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        let mut off = 0u64;
+        // SAFETY: an unwaited batch: wait for its bios (they point to it)
+        // and free it; the pin reference goes after, with the fields.
+        unsafe { shim::p2pdirect_batch_wait(self.raw.as_ptr(), &mut off) };
+    }
+}
+
+/// An unsubmitted bio.
+///
+/// # Invariants
+///
+/// `0` is a bio from `p2pdirect_bio_alloc`, owned here until submitted.
+pub(crate) struct Bio(NonNull<bindings::bio>);
+
+impl Bio {
+    /// A bio for up to `nr_vecs` pages at byte `pos` of `file`'s block device.
+    pub(crate) fn new(file: &IoFile, write: bool, pos: u64, nr_vecs: u32) -> Result<Self> {
+        // SAFETY: the file is valid; the shim returns a bio or NULL.
+        let b = unsafe { shim::p2pdirect_bio_alloc(file.file.as_ptr(), write, pos, nr_vecs) };
+        // INVARIANT: a fresh bio, owned here.
+        NonNull::new(b).map(Self).ok_or(ENOMEM)
+    }
+}
+
+impl Drop for Bio {
+    fn drop(&mut self) {
+        // SAFETY: an unsubmitted bio we own.
+        unsafe { shim::p2pdirect_bio_put(self.0.as_ptr()) };
     }
 }
 

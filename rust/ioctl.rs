@@ -33,6 +33,8 @@ const _: () = assert!(uapi::P2PDIRECT_IOC_DMA_PROBE == iowr::<uapi::p2pdirect_dm
 const _: () = assert!(uapi::P2PDIRECT_IOC_REGISTER == iowr::<uapi::p2pdirect_register>(5));
 const _: () = assert!(uapi::P2PDIRECT_IOC_DEREGISTER == iowr::<uapi::p2pdirect_reg_id>(6));
 const _: () = assert!(uapi::P2PDIRECT_IOC_REG_QUERY == iowr::<uapi::p2pdirect_reg_id>(7));
+const _: () = assert!(uapi::P2PDIRECT_IOC_READ == iowr::<uapi::p2pdirect_io>(8));
+const _: () = assert!(uapi::P2PDIRECT_IOC_WRITE == iowr::<uapi::p2pdirect_io>(9));
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
@@ -45,6 +47,8 @@ pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Resu
         uapi::P2PDIRECT_IOC_REGISTER => register(me, arg),
         uapi::P2PDIRECT_IOC_DEREGISTER => reg_id(arg, |id| me.deregister(id)),
         uapi::P2PDIRECT_IOC_REG_QUERY => reg_id(arg, |id| me.reg_state(id)),
+        uapi::P2PDIRECT_IOC_READ => io(me, arg, false),
+        uapi::P2PDIRECT_IOC_WRITE => io(me, arg, true),
         _ => Err(unknown(cmd)),
     }
 }
@@ -186,6 +190,33 @@ fn reg_id(arg: usize, op: impl FnOnce(u64) -> Result<u32>) -> Result<isize> {
         return Err(EINVAL);
     }
     req.state = op(req.id)?;
+    ffi::copy_to_user(arg, &req)?;
+    Ok(0)
+}
+
+/// READ and WRITE: the outputs are written back only on success.
+fn io(me: &OpenFile, arg: usize, write: bool) -> Result<isize> {
+    let mut req: uapi::p2pdirect_io = ffi::copy_from_user(arg)?;
+    if req.pad != 0 {
+        return Err(EINVAL);
+    }
+    let done = crate::storage::run(
+        me,
+        &crate::storage::Request {
+            fd: req.fd,
+            flags: req.flags,
+            addr: req.addr,
+            size: req.size,
+            file_offset: req.file_offset,
+            buf_offset: req.buf_offset,
+            write,
+        },
+    )?;
+    req.bytes = done.bytes;
+    req.p2p_bytes = done.p2p;
+    req.bounce_bytes = done.bounced;
+    req.zeroed_bytes = done.zeroed;
+    req.dma_pci_addr = done.dma_pci;
     ffi::copy_to_user(arg, &req)?;
     Ok(0)
 }

@@ -16,6 +16,7 @@ mod peer_clients;
 mod peer_mem;
 mod range_alloc;
 mod registration;
+mod storage;
 
 use kernel::{driver, pci, prelude::*};
 
@@ -53,6 +54,8 @@ struct P2pDirect {
     bar_driver: driver::Registration<pci::Adapter<bar_driver::BarDriver>>,
     /// The built-in peer-memory clients.
     peer_clients: peer_clients::Builtins,
+    /// The storage engine's bio pool.
+    bio_pool: ffi::BioPool,
     /// Global state (the provider list): set up first, torn down last.
     globals: ffi::Globals,
 }
@@ -67,6 +70,7 @@ impl kernel::InPlaceModule for P2pDirect {
         );
         try_pin_init!(Self {
             globals: ffi::Globals::init(),
+            bio_pool: ffi::BioPool::new()?,
             peer_clients: peer_clients::Builtins::register()?,
             bar_driver <- driver::Registration::new(c"p2pdirect", module),
             chardev <- chardev::register(),

@@ -55,6 +55,10 @@ impl Context for PinContext {
         self.pin = None;
     }
 
+    fn pages(&self) -> Option<ffi::PinRef> {
+        self.pin.as_ref().map(UserPin::share)
+    }
+
     fn devmem_handle(&self) -> Option<u64> {
         self.handle
     }

@@ -70,6 +70,9 @@ pub(crate) trait Context: Send {
     fn dma_unmap(&mut self);
     /// Unpins the pages.
     fn put_pages(&mut self);
+    /// A reference to the pinned pages for I/O (`None` unless pinned); the
+    /// pages stay pinned while it lives, even after `put_pages`.
+    fn pages(&self) -> Option<crate::ffi::PinRef>;
     /// For p2pdirect's own memory: the allocation (its handle) the range
     /// lies in, so that freeing it can invalidate the claim.
     fn devmem_handle(&self) -> Option<u64> {
@@ -158,6 +161,14 @@ impl Claim {
 
     pub(crate) fn page_size(&self) -> u64 {
         self.ctx.page_size()
+    }
+
+    /// The pinned pages, for I/O; `EINVAL` before `get_pages`.
+    pub(crate) fn pages(&self) -> Result<crate::ffi::PinRef> {
+        if !self.pinned {
+            return Err(EINVAL);
+        }
+        self.ctx.pages().ok_or(EINVAL)
     }
 
     pub(crate) fn devmem_handle(&self) -> Option<u64> {
@@ -293,6 +304,9 @@ mod tests {
         }
         fn put_pages(&mut self) {
             self.0 .0.fetch_add(PUT, Relaxed);
+        }
+        fn pages(&self) -> Option<crate::ffi::PinRef> {
+            None
         }
     }
 

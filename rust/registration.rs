@@ -29,6 +29,8 @@ pub(crate) struct RegEntry {
     pub(crate) id: u64,
     pub(crate) range: UserRange,
     pub(crate) client: u32,
+    /// Pinned for devices to write into (`P2PDIRECT_REG_WRITE`).
+    pub(crate) write: bool,
     /// The p2pdirect allocation the range lies in, if it is p2pdirect's memory.
     handle: Option<u64>,
     /// The pinned claim; `None` once invalidated.
@@ -39,6 +41,16 @@ pub(crate) struct RegEntry {
 impl RegEntry {
     pub(crate) fn is_live(&self) -> bool {
         self.claim.lock().is_some()
+    }
+
+    /// The pinned pages, for I/O: `ESTALE` once invalidated. The reference
+    /// keeps them pinned until the I/O is done, even if the registration is
+    /// invalidated meanwhile (the memory's FREE waits for that).
+    pub(crate) fn pages(&self) -> Result<ffi::PinRef> {
+        match self.claim.lock().as_ref() {
+            Some(claim) => claim.pages(),
+            None => Err(ffi::estale()),
+        }
     }
 
     /// `P2PDIRECT_REG_LIVE` or `P2PDIRECT_REG_DEAD`.
@@ -103,6 +115,7 @@ pub(crate) fn register(
             id,
             range,
             client,
+            write,
             handle,
             claim <- new_mutex!(Some(claim)),
         }),
@@ -126,6 +139,11 @@ fn take(regs: &mut FileRegs, id: u64) -> Result<Arc<RegEntry>> {
 /// DEREGISTER: drops the registration; returns the state it had.
 pub(crate) fn deregister(regs: &mut FileRegs, id: u64) -> Result<u32> {
     Ok(take(regs, id)?.state())
+}
+
+/// The registration `id` of this file, for I/O.
+pub(crate) fn find(regs: &FileRegs, id: u64) -> Result<Arc<RegEntry>> {
+    regs.iter().find(|r| r.id == id).cloned().ok_or(ENOENT)
 }
 
 /// REG_QUERY.

@@ -5,7 +5,11 @@
  * rust/ffi.rs, which declares these prototypes by hand and states the
  * invariants each call relies on.
  */
+#include <linux/bio.h>
 #include <linux/blkdev.h>
+#include <linux/highmem.h>
+#include <linux/kref.h>
+#include <linux/uio.h>
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
@@ -223,11 +227,18 @@ int p2pdirect_bar_of_bus_addr(struct pci_dev *pdev, u64 bus, u64 *start, u64 *le
 
 /* --- Peer-memory clients: pinning user ranges and mapping them for DMA ---- */
 
+/*
+ * Pinned pages of a user range, or (bounce) pages the module allocated.
+ * Refcounted: I/O takes its own reference, so that a registration that is
+ * invalidated during an I/O keeps its pages until the I/O is done.
+ */
 struct p2pdirect_pin {
+	struct kref ref;
 	struct page **pages;
 	unsigned long npages;
 	unsigned int offset;	/* of the range in its first page */
 	u64 len;
+	bool kernel_pages;	/* allocated here (bounce), not pinned */
 	struct sg_table sgt;
 	struct device *dma_dev;	/* set while mapped */
 };
@@ -284,6 +295,7 @@ struct p2pdirect_pin *p2pdirect_pin_user(u64 addr, u64 len, bool write)
 	pin = kzalloc_obj(*pin, GFP_KERNEL);
 	if (!pin)
 		return ERR_PTR(-ENOMEM);
+	kref_init(&pin->ref);
 	pin->npages = (PAGE_ALIGN(addr + len) - first) >> PAGE_SHIFT;
 	pin->offset = addr & ~PAGE_MASK;
 	pin->len = len;
@@ -362,12 +374,167 @@ void p2pdirect_pin_dma_unmap(struct p2pdirect_pin *pin)
 	pin->dma_dev = NULL;
 }
 
-void p2pdirect_unpin(struct p2pdirect_pin *pin)
+static void p2pdirect_pin_free(struct kref *ref)
 {
+	struct p2pdirect_pin *pin = container_of(ref, struct p2pdirect_pin, ref);
+	unsigned long i;
+
 	p2pdirect_pin_dma_unmap(pin);
-	unpin_user_pages(pin->pages, pin->npages);
+	if (pin->kernel_pages) {
+		for (i = 0; i < pin->npages; i++)
+			if (pin->pages[i])
+				__free_page(pin->pages[i]);
+	} else {
+		unpin_user_pages(pin->pages, pin->npages);
+	}
 	kvfree(pin->pages);
 	kfree(pin);
+}
+
+/* Drops a reference; the last one unmaps and unpins (or frees) the pages. */
+void p2pdirect_unpin(struct p2pdirect_pin *pin)
+{
+	kref_put(&pin->ref, p2pdirect_pin_free);
+}
+
+/* Another reference to @pin's pages (for I/O; never used to map). */
+struct p2pdirect_pin *p2pdirect_pin_get(struct p2pdirect_pin *pin)
+{
+	kref_get(&pin->ref);
+	return pin;
+}
+
+/* @len bytes of zeroed host memory, page by page: the COMPAT bounce buffer. */
+struct p2pdirect_pin *p2pdirect_pin_bounce(u64 len)
+{
+	struct p2pdirect_pin *pin;
+	unsigned long i;
+
+	if (!len)
+		return ERR_PTR(-EINVAL);
+	pin = kzalloc_obj(*pin, GFP_KERNEL);
+	if (!pin)
+		return ERR_PTR(-ENOMEM);
+	kref_init(&pin->ref);
+	pin->kernel_pages = true;
+	pin->npages = PAGE_ALIGN(len) >> PAGE_SHIFT;
+	pin->len = len;
+	pin->pages = kvcalloc(pin->npages, sizeof(*pin->pages), GFP_KERNEL);
+	if (!pin->pages) {
+		kfree(pin);
+		return ERR_PTR(-ENOMEM);
+	}
+	for (i = 0; i < pin->npages; i++) {
+		pin->pages[i] = alloc_page(GFP_KERNEL | __GFP_ZERO);
+		if (!pin->pages[i]) {
+			p2pdirect_unpin(pin);
+			return ERR_PTR(-ENOMEM);
+		}
+	}
+	return pin;
+}
+
+/* The page holding byte @off of the pinned range, and the offset in it. */
+static struct page *pin_page(struct p2pdirect_pin *pin, u64 off, unsigned int *in_page)
+{
+	u64 abs = pin->offset + off;
+
+	*in_page = abs & ~PAGE_MASK;
+	return pin->pages[abs >> PAGE_SHIFT];
+}
+
+/* Bytes of the pinned range. */
+u64 p2pdirect_pin_len(struct p2pdirect_pin *pin)
+{
+	return pin->len;
+}
+
+/* Offset of the range in its first page. */
+unsigned int p2pdirect_pin_offset(struct p2pdirect_pin *pin)
+{
+	return pin->offset;
+}
+
+/*
+ * Copies @len bytes from @src at @src_off to @dst at @dst_off with the CPU
+ * (the COMPAT bounce); both ranges must lie in their pins.
+ */
+void p2pdirect_pin_copy(struct p2pdirect_pin *dst, u64 dst_off, struct p2pdirect_pin *src,
+			u64 src_off, u64 len)
+{
+	while (len) {
+		unsigned int doff, soff, n;
+		struct page *dp = pin_page(dst, dst_off, &doff);
+		struct page *sp = pin_page(src, src_off, &soff);
+		void *d, *s;
+
+		n = min3((u64)(PAGE_SIZE - doff), (u64)(PAGE_SIZE - soff), len);
+		d = kmap_local_page(dp);
+		s = kmap_local_page(sp);
+		memcpy(d + doff, s + soff, n);
+		kunmap_local(s);
+		kunmap_local(d);
+		dst_off += n;
+		src_off += n;
+		len -= n;
+	}
+}
+
+/*
+ * Whether @pdev can DMA to every page of @pin: each P2PDMA provider the
+ * range touches is test-mapped once for it. *provider gets the PCI address
+ * of the BAR owner that failed (0 if none was found).
+ */
+bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u32 *provider)
+{
+	struct dev_pagemap *last = NULL;
+	unsigned long i;
+
+	*provider = 0;
+	for (i = 0; i < pin->npages; i++) {
+		struct page *page = pin->pages[i];
+		struct scatterlist sg;
+		struct sg_table sgt = { .sgl = &sg, .nents = 1, .orig_nents = 1 };
+
+		if (!is_pci_p2pdma_page(page))
+			return false;
+		if (page_pgmap(page) == last)
+			continue;
+		last = page_pgmap(page);
+		sg_init_table(&sg, 1);
+		sg_set_page(&sg, page, PAGE_SIZE, 0);
+		if (dma_map_sgtable(&pdev->dev, &sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC)) {
+			struct pci_dev *owner = NULL;
+
+			/* Name the provider: the device whose BAR holds the page. */
+			while ((owner = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, owner))) {
+				int bar;
+
+				for (bar = 0; bar < PCI_STD_NUM_BARS; bar++) {
+					struct resource *r = pci_resource_n(owner, bar);
+
+					if (resource_type(r) == IORESOURCE_MEM &&
+					    page_to_phys(page) >= r->start &&
+					    page_to_phys(page) <= r->end)
+						*provider = p2pdirect_pci_addr(owner);
+				}
+			}
+			return false;
+		}
+		dma_unmap_sgtable(&pdev->dev, &sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
+	}
+	return true;
+}
+
+/* The PCI function doing DMA for @bdev (its NVMe controller), referenced. */
+static struct pci_dev *bdev_dma_pci(struct block_device *bdev)
+{
+	struct device *dev;
+
+	for (dev = disk_to_dev(bdev->bd_disk); dev; dev = dev->parent)
+		if (dev_is_pci(dev))
+			return pci_dev_get(to_pci_dev(dev));
+	return ERR_PTR(-ENODEV);
 }
 
 /*
@@ -376,14 +543,286 @@ void p2pdirect_unpin(struct p2pdirect_pin *pin)
  */
 struct pci_dev *p2pdirect_block_dma_pci(struct file *file)
 {
-	struct block_device *bdev;
-	struct device *dev;
-
 	if (!S_ISBLK(file_inode(file)->i_mode))
 		return ERR_PTR(-ENOTBLK);
-	bdev = file_bdev(file);
-	for (dev = disk_to_dev(bdev->bd_disk); dev; dev = dev->parent)
-		if (dev_is_pci(dev))
-			return pci_dev_get(to_pci_dev(dev));
-	return ERR_PTR(-ENODEV);
+	return bdev_dma_pci(file_bdev(file));
+}
+
+/* --- Storage I/O --------------------------------------------------------- */
+
+/*
+ * The target of a READ or WRITE, checked like read(2)/write(2) would: @fd
+ * open, the access mode the operation needs, O_DIRECT, a block device or a
+ * regular file on a file system with a block device. Returns the file with a
+ * reference and sets *is_bdev, or an ERR_PTR.
+ */
+struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev)
+{
+	struct file *f = fget(fd);
+	umode_t mode;
+	int err;
+
+	if (!f)
+		return ERR_PTR(-EBADF);
+	mode = file_inode(f)->i_mode;
+	err = -EBADF;
+	if (!(f->f_mode & (write ? FMODE_WRITE : FMODE_READ)))
+		goto out;
+	err = -EISDIR;
+	if (S_ISDIR(mode))
+		goto out;
+	err = -ESPIPE;
+	if (S_ISFIFO(mode) || S_ISSOCK(mode))
+		goto out;
+	err = -EINVAL;
+	if (!S_ISBLK(mode) && !S_ISREG(mode))
+		goto out;
+	if (!(f->f_flags & O_DIRECT))
+		goto out;
+	err = -EOPNOTSUPP;
+	if (S_ISREG(mode) && !file_inode(f)->i_sb->s_bdev)
+		goto out;
+	*is_bdev = S_ISBLK(mode);
+	return f;
+out:
+	fput(f);
+	return ERR_PTR(err);
+}
+
+void p2pdirect_fput(struct file *f)
+{
+	fput(f);
+}
+
+static struct block_device *io_bdev(struct file *f)
+{
+	return S_ISBLK(file_inode(f)->i_mode) ? file_bdev(f) : file_inode(f)->i_sb->s_bdev;
+}
+
+/* What the bio builder needs to know about the block device behind @f. */
+void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
+{
+	struct block_device *bdev = io_bdev(f);
+	struct request_queue *q = bdev_get_queue(bdev);
+
+	l->logical_block_size = bdev_logical_block_size(bdev);
+	l->max_bytes = queue_max_bytes(q);
+	l->max_segments = min_t(unsigned int, queue_max_segments(q), BIO_MAX_VECS);
+	l->p2pdma = blk_queue_pci_p2pdma(q) ? 1 : 0;
+	l->read_only = bdev_read_only(bdev) ? 1 : 0;
+	l->size = bdev_nr_bytes(bdev);
+}
+
+/* The DMA device of the block device behind @f (an I/O target). */
+struct pci_dev *p2pdirect_io_dma_pci(struct file *f)
+{
+	return bdev_dma_pci(io_bdev(f));
+}
+
+/*
+ * Raw block devices: what is cached of [pos, pos + len) must not hide the
+ * bios' data. Before: write back dirty cache; after a write: drop the cache.
+ */
+int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len)
+{
+	return filemap_write_and_wait_range(f->f_mapping, pos, pos + len - 1);
+}
+
+void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len)
+{
+	invalidate_inode_pages2_range(f->f_mapping, pos >> PAGE_SHIFT,
+				      (pos + len - 1) >> PAGE_SHIFT);
+}
+
+/*
+ * A batch of bios of one I/O, completed together. Each bio carries the byte
+ * offset it starts at in the I/O, so that an error can be placed: the good
+ * prefix is everything before the lowest failed offset.
+ */
+struct p2pdirect_batch {
+	atomic_t pending;	/* bios in flight, plus one for the submitter */
+	struct completion done;
+	spinlock_t lock;
+	int error;
+	u64 error_off;		/* lowest I/O offset of a failed bio */
+};
+
+struct p2pdirect_bio {
+	u64 io_off;
+	struct bio bio;		/* last: the bio_set's front pad ends here */
+};
+
+static struct bio_set p2pdirect_bio_set;
+
+int p2pdirect_storage_init(void)
+{
+	return bioset_init(&p2pdirect_bio_set, 64, offsetof(struct p2pdirect_bio, bio),
+			   BIOSET_NEED_BVECS);
+}
+
+void p2pdirect_storage_exit(void)
+{
+	bioset_exit(&p2pdirect_bio_set);
+}
+
+struct p2pdirect_batch *p2pdirect_batch_alloc(void)
+{
+	struct p2pdirect_batch *b = kzalloc_obj(*b, GFP_KERNEL);
+
+	if (!b)
+		return NULL;
+	atomic_set(&b->pending, 1);
+	init_completion(&b->done);
+	spin_lock_init(&b->lock);
+	b->error_off = U64_MAX;
+	return b;
+}
+
+static void p2pdirect_bio_end(struct bio *bio)
+{
+	struct p2pdirect_bio *pb = container_of(bio, struct p2pdirect_bio, bio);
+	struct p2pdirect_batch *b = bio->bi_private;
+
+	if (bio->bi_status) {
+		unsigned long flags;
+
+		spin_lock_irqsave(&b->lock, flags);
+		if (pb->io_off < b->error_off) {
+			b->error_off = pb->io_off;
+			b->error = blk_status_to_errno(bio->bi_status);
+		}
+		spin_unlock_irqrestore(&b->lock, flags);
+	}
+	bio_put(bio);
+	if (atomic_dec_and_test(&b->pending))
+		complete(&b->done);
+}
+
+/* A bio for @nr_vecs pages at byte @pos of the block device behind @f. */
+struct bio *p2pdirect_bio_alloc(struct file *f, bool write, u64 pos, unsigned int nr_vecs)
+{
+	blk_opf_t opf = write ? REQ_OP_WRITE | REQ_SYNC | REQ_IDLE : REQ_OP_READ | REQ_SYNC;
+	struct bio *bio;
+
+	bio = bio_alloc_bioset(io_bdev(f), nr_vecs, opf, GFP_KERNEL, &p2pdirect_bio_set);
+	if (bio)
+		bio->bi_iter.bi_sector = pos >> SECTOR_SHIFT;
+	return bio;
+}
+
+/* Adds bytes [off, off + len) of @pin (within one page); false if full. */
+bool p2pdirect_bio_add(struct bio *bio, struct p2pdirect_pin *pin, u64 off, unsigned int len)
+{
+	unsigned int in_page;
+	struct page *page = pin_page(pin, off, &in_page);
+
+	if (in_page + len > PAGE_SIZE || off + len > pin->len)
+		return false;
+	return bio_add_page(bio, page, len, in_page) == len;
+}
+
+void p2pdirect_bio_put(struct bio *bio)
+{
+	bio_put(bio);
+}
+
+/* Submits @bio, which starts at byte @io_off of the I/O, as part of @b. */
+void p2pdirect_bio_submit(struct p2pdirect_batch *b, struct bio *bio, u64 io_off)
+{
+	container_of(bio, struct p2pdirect_bio, bio)->io_off = io_off;
+	bio->bi_private = b;
+	bio->bi_end_io = p2pdirect_bio_end;
+	atomic_inc(&b->pending);
+	submit_bio(bio);
+}
+
+/*
+ * Waits for every bio of @b and frees it. Returns 0 or the error of the
+ * first failed bio, whose I/O offset goes to *error_off (else U64_MAX).
+ */
+int p2pdirect_batch_wait(struct p2pdirect_batch *b, u64 *error_off)
+{
+	int err;
+
+	if (!atomic_dec_and_test(&b->pending))
+		wait_for_completion_io(&b->done);
+	err = b->error;
+	*error_off = b->error_off;
+	kfree(b);
+	return err;
+}
+
+/*
+ * Files: an O_DIRECT kiocb over a bvec iterator of @pin's pages [off, off +
+ * len), through the file's read_iter/write_iter (the file system maps the
+ * blocks and builds the bios). Returns bytes moved or -errno.
+ */
+ssize_t p2pdirect_file_rw(struct file *f, struct p2pdirect_pin *pin, u64 off, u64 len,
+			  u64 pos, bool write)
+{
+	unsigned int n = 0, max = DIV_ROUND_UP(len, PAGE_SIZE) + 1;
+	struct bio_vec *bv;
+	struct iov_iter iter;
+	struct kiocb kiocb;
+	ssize_t ret;
+	u64 done;
+
+	if (off + len > pin->len || pos > LLONG_MAX - len)
+		return -EINVAL;
+	bv = kvmalloc_array(max, sizeof(*bv), GFP_KERNEL);
+	if (!bv)
+		return -ENOMEM;
+	for (done = 0; done < len; n++) {
+		unsigned int in_page;
+		struct page *page = pin_page(pin, off + done, &in_page);
+		unsigned int l = min_t(u64, PAGE_SIZE - in_page, len - done);
+
+		bvec_set_page(&bv[n], page, l, in_page);
+		done += l;
+	}
+	iov_iter_bvec(&iter, write ? ITER_SOURCE : ITER_DEST, bv, n, len);
+	init_sync_kiocb(&kiocb, f);
+	kiocb.ki_pos = pos;
+	ret = write ? vfs_iocb_iter_write(f, &kiocb, &iter) : vfs_iocb_iter_read(f, &kiocb, &iter);
+	kvfree(bv);
+	return ret;
+}
+
+/*
+ * Bytes of [pos, pos + len) of the regular file @f in holes or unwritten
+ * extents (what a direct read zeroes with the CPU), by SEEK_DATA/SEEK_HOLE on
+ * a private open of the same path, so the caller's file position stays.
+ */
+s64 p2pdirect_file_hole_bytes(struct file *f, u64 pos, u64 len)
+{
+	struct file *c;
+	u64 end = pos + len, p = pos;
+	s64 holes = 0;
+
+	if (!len)
+		return 0;
+	c = dentry_open(&f->f_path, O_RDONLY | O_LARGEFILE, current_cred());
+	if (IS_ERR(c))
+		return PTR_ERR(c);
+	while (p < end) {
+		loff_t d = vfs_llseek(c, p, SEEK_DATA), h;
+
+		if (d == -ENXIO || (d >= 0 && (u64)d >= end)) {
+			holes += end - p;
+			break;
+		}
+		if (d < 0) {
+			holes = d;
+			break;
+		}
+		holes += d - p;
+		h = vfs_llseek(c, d, SEEK_HOLE);
+		if (h < 0) {
+			holes = h;
+			break;
+		}
+		p = h;
+	}
+	fput(c);
+	return holes;
 }

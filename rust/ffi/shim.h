@@ -11,6 +11,19 @@
 #include <linux/pci.h>
 
 struct p2pdirect_pin;
+struct p2pdirect_batch;
+struct bio;
+
+/* What the bio builder needs to know about a block device. */
+struct p2pdirect_limits {
+	u32 logical_block_size;
+	u32 max_bytes;		/* per bio */
+	u32 max_segments;	/* per bio */
+	u32 p2pdma;		/* the queue accepts P2PDMA pages */
+	u32 read_only;
+	u32 pad;
+	u64 size;		/* bytes */
+};
 
 bool p2pdirect_ratelimit(void);
 int p2pdirect_p2pdma_add_bar(struct pci_dev *pdev, int bar);
@@ -44,6 +57,31 @@ unsigned int p2pdirect_pin_dma_segs(struct p2pdirect_pin *pin, u64 *addr, u64 *l
 				    unsigned int max);
 void p2pdirect_pin_dma_unmap(struct p2pdirect_pin *pin);
 void p2pdirect_unpin(struct p2pdirect_pin *pin);
+struct p2pdirect_pin *p2pdirect_pin_get(struct p2pdirect_pin *pin);
+struct p2pdirect_pin *p2pdirect_pin_bounce(u64 len);
+u64 p2pdirect_pin_len(struct p2pdirect_pin *pin);
+unsigned int p2pdirect_pin_offset(struct p2pdirect_pin *pin);
+void p2pdirect_pin_copy(struct p2pdirect_pin *dst, u64 dst_off, struct p2pdirect_pin *src,
+			u64 src_off, u64 len);
+bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u32 *provider);
 struct pci_dev *p2pdirect_block_dma_pci(struct file *file);
+
+struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev);
+void p2pdirect_fput(struct file *f);
+void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l);
+struct pci_dev *p2pdirect_io_dma_pci(struct file *f);
+int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len);
+void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len);
+int p2pdirect_storage_init(void);
+void p2pdirect_storage_exit(void);
+struct p2pdirect_batch *p2pdirect_batch_alloc(void);
+struct bio *p2pdirect_bio_alloc(struct file *f, bool write, u64 pos, unsigned int nr_vecs);
+bool p2pdirect_bio_add(struct bio *bio, struct p2pdirect_pin *pin, u64 off, unsigned int len);
+void p2pdirect_bio_put(struct bio *bio);
+void p2pdirect_bio_submit(struct p2pdirect_batch *b, struct bio *bio, u64 io_off);
+int p2pdirect_batch_wait(struct p2pdirect_batch *b, u64 *error_off);
+ssize_t p2pdirect_file_rw(struct file *f, struct p2pdirect_pin *pin, u64 off, u64 len,
+			  u64 pos, bool write);
+s64 p2pdirect_file_hole_bytes(struct file *f, u64 pos, u64 len);
 
 #endif /* P2PDIRECT_SHIM_H */

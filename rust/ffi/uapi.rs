@@ -35,6 +35,7 @@ uapi_pod!(
     p2pdirect_dma_probe,
     p2pdirect_register,
     p2pdirect_reg_id,
+    p2pdirect_io,
 );
 
 // No implicit padding: each size is the sum of its fields.
@@ -50,4 +51,5 @@ const _: () = {
     assert!(size_of::<p2pdirect_dma_probe>() == 8 + 8 + 4 + 4 + 8 + 6 * 4);
     assert!(size_of::<p2pdirect_register>() == 8 + 8 + 4 + 4 + 8);
     assert!(size_of::<p2pdirect_reg_id>() == 8 + 4 + 4);
+    assert!(size_of::<p2pdirect_io>() == 4 + 4 + 8 * 8 + 4 + 4);
 };

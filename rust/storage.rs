@@ -1,0 +1,383 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Direct storage I/O (nvidia-fs's part): READ and WRITE between a raw NVMe
+//! namespace or an O_DIRECT file on it and device memory, with no CPU copy.
+//!
+//! - Raw block devices: the engine builds the bios itself: allocated on the
+//!   namespace's block device, the device memory's P2PDMA pages added page
+//!   by page, each bio sized by the queue limits (max bytes, max segments,
+//!   logical block size), all submitted, then waited for together.
+//! - Regular files: an O_DIRECT kiocb over a bvec iterator of the pages runs
+//!   through the file's `read_iter`/`write_iter`, so the file system maps the
+//!   blocks and builds the bios. Holes and unwritten extents read as zeros
+//!   that the file system writes with the CPU: counted as `zeroed`.
+//! - Reachability: before any I/O, the block device's DMA device must reach
+//!   every provider of the memory (P2P distance). If not, `EREMOTEIO`, or
+//!   with `P2PDIRECT_IO_COMPAT` a bounce through host memory, counted as
+//!   `bounced`.
+//!
+//! Memory is resolved through the peer-memory registry (a device pointer) or
+//! a registration of the calling file. Either way the I/O holds its own
+//! reference on the pinned pages until its bios completed, so a FREE racing
+//! with it revokes the mapping at once but the memory is reused only after
+//! the I/O let go (see devmem's `release_when_idle`).
+//!
+//! No lock is held across the I/O.
+
+use crate::{
+    chardev::OpenFile,
+    ffi::{self, uapi, Batch, Bio, IoFile, Limits, PinRef},
+    peer_mem::UserRange,
+};
+use kernel::{page::PAGE_SIZE, prelude::*};
+
+/// Size of the COMPAT bounce buffer (host memory), per I/O.
+const BOUNCE_CHUNK: u64 = 1 << 20;
+
+/// One READ or WRITE as the caller asked for it.
+pub(crate) struct Request {
+    pub(crate) fd: i32,
+    pub(crate) flags: u32,
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) file_offset: u64,
+    pub(crate) buf_offset: u64,
+    /// WRITE (memory -> storage); else READ (storage -> memory).
+    pub(crate) write: bool,
+}
+
+/// What an I/O did.
+#[derive(Default, Clone, Copy, Debug)]
+pub(crate) struct Done {
+    pub(crate) bytes: u64,
+    pub(crate) p2p: u64,
+    pub(crate) bounced: u64,
+    pub(crate) zeroed: u64,
+    pub(crate) dma_pci: u32,
+}
+
+/// A PCI address (`P2PDIRECT_PCI_ADDR`) printed as `dddd:bb:dd.f`.
+struct Bdf(u32);
+
+impl kernel::fmt::Display for Bdf {
+    fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        let a = self.0;
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{}",
+            a >> 16,
+            (a >> 8) & 0xff,
+            (a >> 3) & 0x1f,
+            a & 7
+        )
+    }
+}
+
+fn op_name(write: bool) -> &'static str {
+    if write {
+        "WRITE"
+    } else {
+        "READ"
+    }
+}
+
+/// The memory side of an I/O: pinned pages and where the I/O starts in them.
+struct Memory {
+    pages: PinRef,
+    offset: u64,
+}
+
+/// Runs one READ or WRITE for the file `me`.
+pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
+    let known = uapi::P2PDIRECT_IO_REGISTERED | uapi::P2PDIRECT_IO_COMPAT;
+    if req.flags & !known != 0 || req.size == 0 {
+        return Err(EINVAL);
+    }
+    let file = IoFile::from_fd(req.fd, req.write).inspect_err(|e| {
+        if *e == EINVAL && ffi::ratelimit() {
+            pr_info!(
+                "{}: fd {} must be a block device or regular file opened with O_DIRECT\n",
+                op_name(req.write),
+                req.fd
+            );
+        }
+    })?;
+    let lim = file.limits();
+    check_alignment(req, &lim)?;
+    if req.write && lim.read_only != 0 {
+        return Err(EROFS);
+    }
+    let mut len = req.size;
+    if file.is_bdev() {
+        // pread/pwrite on a block device: reads stop at its end, writes
+        // past it fail.
+        if req.file_offset >= lim.size {
+            return if req.write { Err(ENOSPC) } else { Ok(Done::default()) };
+        }
+        len = len.min(lim.size - req.file_offset);
+    }
+    let mem = resolve_memory(me, req, &lim)?;
+    let dma = file.dma_pci().ok();
+    let mut done = Done {
+        dma_pci: dma.as_ref().map_or(0, |d| d.addr()),
+        ..Done::default()
+    };
+    let reach = match &dma {
+        Some(d) if lim.p2pdma != 0 => mem.pages.reachable_by(d),
+        _ => Err(0),
+    };
+    if let Err(provider) = reach {
+        if req.flags & uapi::P2PDIRECT_IO_COMPAT == 0 {
+            return Err(unreachable(req, &lim, done.dma_pci, provider));
+        }
+        let (bytes, zeroed) = bounce(&file, &lim, &mem, req, len)?;
+        done.bytes = bytes;
+        done.bounced = bytes;
+        done.zeroed = zeroed;
+        return Ok(done);
+    }
+    let (bytes, zeroed) = direct(&file, &lim, &mem.pages, mem.offset, req.file_offset, len, req.write)?;
+    done.bytes = bytes;
+    done.zeroed = zeroed;
+    done.p2p = bytes - zeroed;
+    Ok(done)
+}
+
+/// Size and offsets in multiples of the logical block size, the memory
+/// address too (the device DMAs whole blocks).
+fn check_alignment(req: &Request, lim: &Limits) -> Result {
+    let lbs = u64::from(lim.logical_block_size.max(1));
+    let mem_addr = if req.flags & uapi::P2PDIRECT_IO_REGISTERED != 0 {
+        0
+    } else {
+        req.addr
+    };
+    let bad = [req.size, req.file_offset, req.buf_offset, mem_addr]
+        .iter()
+        .any(|v| v % lbs != 0);
+    if bad {
+        if ffi::ratelimit() {
+            pr_info!(
+                "{}: size {:#x}, file offset {:#x}, buffer {:#x}+{:#x} must be multiples of \
+                 the logical block size {}\n",
+                op_name(req.write),
+                req.size,
+                req.file_offset,
+                req.addr,
+                req.buf_offset,
+                lbs
+            );
+        }
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+/// The pinned pages the I/O moves data into or out of.
+fn resolve_memory(me: &OpenFile, req: &Request, lim: &Limits) -> Result<Memory> {
+    // A READ writes the memory.
+    let mem_written = !req.write;
+    if req.flags & uapi::P2PDIRECT_IO_REGISTERED != 0 {
+        let reg = me.registration(req.addr)?;
+        let end = req.buf_offset.checked_add(req.size).ok_or(ERANGE)?;
+        if end > reg.range.size {
+            return Err(ERANGE);
+        }
+        if mem_written && !reg.write {
+            return Err(EPERM);
+        }
+        let lbs = u64::from(lim.logical_block_size.max(1));
+        if (reg.range.addr + req.buf_offset) % lbs != 0 {
+            return Err(EINVAL);
+        }
+        return Ok(Memory {
+            pages: reg.pages()?,
+            offset: req.buf_offset,
+        });
+    }
+    let start = req.addr.checked_add(req.buf_offset).ok_or(EINVAL)?;
+    let range = UserRange::new(start, req.size)?;
+    // A range that starts in a device-memory mapping must end in it.
+    if ffi::user_devmem_offset(start, 1).is_some()
+        && ffi::user_devmem_offset(start, req.size).is_none()
+    {
+        if ffi::ratelimit() {
+            pr_info!(
+                "{}: {:#x}+{:#x} runs past the end of its device-memory mapping\n",
+                op_name(req.write),
+                start,
+                req.size
+            );
+        }
+        return Err(EFAULT);
+    }
+    let mut claim = ffi::peer_clients().acquire(range).inspect_err(|e| {
+        if *e == ENXIO && ffi::ratelimit() {
+            pr_info!(
+                "{}: {:#x}+{:#x} is not device memory: no peer-memory client claims it\n",
+                op_name(req.write),
+                start,
+                req.size
+            );
+        }
+    })?;
+    claim.get_pages(mem_written)?;
+    // The I/O's own reference keeps the pages pinned; the claim can go.
+    Ok(Memory {
+        pages: claim.pages()?,
+        offset: 0,
+    })
+}
+
+fn unreachable(req: &Request, lim: &Limits, dma: u32, provider: u32) -> Error {
+    if lim.p2pdma == 0 {
+        if ffi::ratelimit() {
+            pr_info!(
+                "{}: the block device of fd {} (DMA device {}) does not accept P2PDMA \
+                 memory; set P2PDIRECT_IO_COMPAT to bounce through host memory\n",
+                op_name(req.write),
+                req.fd,
+                Bdf(dma)
+            );
+        }
+        return ffi::eopnotsupp();
+    }
+    if ffi::ratelimit() {
+        pr_info!(
+            "{}: {} (the DMA device of fd {}) cannot reach the device memory of {} \
+             (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through host memory\n",
+            op_name(req.write),
+            Bdf(dma),
+            req.fd,
+            Bdf(provider)
+        );
+    }
+    ffi::eremoteio()
+}
+
+/// Moves `len` bytes between `pos` of `file` and `pages` at `off`, the
+/// device DMAing into or out of the pages. Returns (bytes, zeroed bytes).
+fn direct(
+    file: &IoFile,
+    lim: &Limits,
+    pages: &PinRef,
+    off: u64,
+    pos: u64,
+    len: u64,
+    write: bool,
+) -> Result<(u64, u64)> {
+    if file.is_bdev() {
+        return Ok((bdev_io(file, lim, pages, off, pos, len, write)?, 0));
+    }
+    let bytes = file.rw(pages, off, len, pos, write)?;
+    let zeroed = if write || bytes == 0 {
+        0
+    } else {
+        file.hole_bytes(pos, bytes).unwrap_or_else(|e| {
+            if ffi::ratelimit() {
+                pr_info!("READ: holes of the file not counted ({:?})\n", e);
+            }
+            0
+        })
+    };
+    Ok((bytes, zeroed))
+}
+
+/// Bytes the next bio may carry when it starts `in_page` bytes into a page.
+fn bio_bytes(lim: &Limits, in_page: u64, remaining: u64) -> u64 {
+    let lbs = u64::from(lim.logical_block_size.max(1));
+    let page = PAGE_SIZE as u64;
+    let by_segments = u64::from(lim.max_segments.max(1)) * page - in_page;
+    let n = remaining.min(u64::from(lim.max_bytes)).min(by_segments);
+    // At least one block, whole blocks only.
+    (n - n % lbs).max(lbs.min(remaining))
+}
+
+/// Raw block device: builds, submits and waits for the bios. Returns the
+/// bytes of the good prefix (see the UAPI header on partial transfers).
+fn bdev_io(
+    file: &IoFile,
+    lim: &Limits,
+    pages: &PinRef,
+    off: u64,
+    pos: u64,
+    len: u64,
+    write: bool,
+) -> Result<u64> {
+    // Cached data of the range must not hide or shadow the bios' data.
+    file.bdev_sync(pos, len)?;
+    let page = PAGE_SIZE as u64;
+    let first = pages.page_offset();
+    let batch = Batch::new(pages)?;
+    let mut queued = 0u64;
+    let mut build_err = None;
+    while queued < len {
+        let in_page = (first + off + queued) % page;
+        let want = bio_bytes(lim, in_page, len - queued);
+        let nr_vecs = (in_page + want).div_ceil(page);
+        let mut bio = match Bio::new(file, write, pos + queued, nr_vecs as u32) {
+            Ok(b) => b,
+            Err(e) => {
+                build_err = Some(e);
+                break;
+            }
+        };
+        let mut added = 0u64;
+        while added < want {
+            let at = off + queued + added;
+            let piece = (page - (first + at) % page).min(want - added);
+            if !batch.add(&mut bio, at, piece as u32) {
+                break;
+            }
+            added += piece;
+        }
+        if added != want {
+            // Cannot happen with the sizes above; never submit a torn bio.
+            build_err = Some(EIO);
+            break;
+        }
+        batch.submit(bio, queued);
+        queued += want;
+    }
+    let good = match batch.wait() {
+        Ok(()) => queued,
+        Err((e, 0)) => return Err(e),
+        Err((_, at)) => at,
+    };
+    if write && good > 0 {
+        file.bdev_invalidate(pos, good);
+    }
+    match build_err {
+        Some(e) if good == 0 => Err(e),
+        _ => Ok(good),
+    }
+}
+
+/// COMPAT: the device cannot reach the memory, so the data goes through a
+/// host-memory buffer, chunk by chunk, and the CPU copies it.
+fn bounce(file: &IoFile, lim: &Limits, mem: &Memory, req: &Request, len: u64) -> Result<(u64, u64)> {
+    let buf = PinRef::bounce(len.min(BOUNCE_CHUNK))?;
+    let (mut done, mut zeroed) = (0u64, 0u64);
+    while done < len {
+        let n = buf.len().min(len - done);
+        let at = mem.offset + done;
+        if req.write {
+            buf.copy_from(0, &mem.pages, at, n)?;
+        }
+        let step = direct(file, lim, &buf, 0, req.file_offset + done, n, req.write);
+        let (moved, z) = match step {
+            Ok(r) => r,
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        };
+        if !req.write {
+            mem.pages.copy_from(at, &buf, 0, moved)?;
+        }
+        done += moved;
+        zeroed += z;
+        if moved < n {
+            break;
+        }
+    }
+    Ok((done, zeroed))
+}

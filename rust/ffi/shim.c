@@ -15,6 +15,7 @@
 #include <linux/fs.h>
 #include <linux/mm.h>
 #include <linux/pci.h>
+#include <linux/pagemap.h>
 #include <linux/pci-p2pdma.h>
 #include <linux/ratelimit.h>
 #include <linux/scatterlist.h>

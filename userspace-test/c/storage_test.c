@@ -1,0 +1,850 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Direct storage I/O tests of /dev/p2pdirect (kselftest harness, TAP on
+ * stdout): READ and WRITE between NVMe namespaces or ext4/xfs files and the
+ * emulated GPUs' memory, COMPAT bounce, registrations, concurrency, bad input.
+ *
+ * The test VM's disks (ci/make-disks.sh): NSID 1 raw and NSID 2 ext4 and
+ * NSID 3 xfs on the controller behind the switch (P2P-reachable from the
+ * GPUs), NSID 4 raw on the controller on its own root port (not reachable).
+ * The first 32 MiB of NSIDs 1 and 4, and /mnt/{ext4,xfs}/data.bin, hold the
+ * fill pattern with seed = NSID. Read tests check the data in the guest and
+ * leave records for the host, which proves where the bytes went:
+ *   # HOSTCHECK gpu=BDF off=N len=N (fill=S pos=P | ns=NSID nsoff=N | zero) guard=N
+ *   # NVMECHECK ns=NSID off=N len=N fill=S pos=P
+ *   # DMACHECK ns=NSID off=N len=N where=(gpu:BDF | ram)
+ * (ci/hostcheck.py and ci/dmacheck.py). Regions of the namespaces are split
+ * so that one GPU's P2P I/O never shares blocks with another GPU's or with
+ * the bounce path: NSID 1 reads [0, 16M) gpu0, [16M, 32M) gpu1; writes from
+ * 64M.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <linux/p2pdirect.h>
+
+#include "kselftest_harness.h"
+#include "nvme_util.h"
+
+#define DEV_PATH "/dev/p2pdirect"
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define GUARD (64 * KiB)
+
+/* --- small helpers --------------------------------------------------------- */
+
+struct gpu {
+	__u32 index;		/* provider index */
+	char bdf[32];
+};
+
+/* An allocation of device memory, mapped, with GUARD bytes on each side. */
+struct dbuf {
+	struct p2pdirect_alloc a;
+	__u8 *map;		/* whole allocation */
+	__u8 *p;		/* usable part, after the front guard */
+	__u64 len;		/* usable bytes */
+	const struct gpu *g;
+};
+
+static void pci_name(__u32 addr, char *buf, size_t len)
+{
+	snprintf(buf, len, "%04x:%02x:%02x.%u", addr >> 16, (addr >> 8) & 0xff,
+		 (addr >> 3) & 0x1f, addr & 7);
+}
+
+static int dbuf_new(int fd, const struct gpu *g, __u64 len, struct dbuf *b)
+{
+	memset(b, 0, sizeof(*b));
+	b->a.provider = g->index;
+	b->a.size = len + 2 * GUARD;
+	if (ioctl(fd, P2PDIRECT_IOC_ALLOC, &b->a))
+		return -errno;
+	b->map = mmap(NULL, b->a.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		      b->a.mmap_offset);
+	if (b->map == MAP_FAILED)
+		return -errno;
+	b->p = b->map + GUARD;
+	b->len = len;
+	b->g = g;
+	/* Start from a known state, and tell the host. */
+	memset(b->map, 0, b->a.size);
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
+	       (unsigned long long)b->a.provider_offset, (unsigned long long)b->a.size);
+	return 0;
+}
+
+static int dbuf_free(int fd, struct dbuf *b)
+{
+	struct p2pdirect_free f = { .handle = b->a.handle };
+
+	munmap(b->map, b->a.size);
+	return ioctl(fd, P2PDIRECT_IOC_FREE, &f) ? -errno : 0;
+}
+
+/* Offset in the GPU's BAR of byte @off of the usable part. */
+static __u64 gpu_off(const struct dbuf *b, __u64 off)
+{
+	return b->a.provider_offset + GUARD + off;
+}
+
+static int do_io(int dev, unsigned long cmd, struct p2pdirect_io *io)
+{
+	return ioctl(dev, cmd, io) ? -errno : 0;
+}
+
+static int rw(int dev, bool write, int fd, __u32 flags, __u64 addr, __u64 size, __u64 foff,
+	      __u64 boff, struct p2pdirect_io *out)
+{
+	struct p2pdirect_io io = {
+		.fd = fd, .flags = flags, .addr = addr, .size = size,
+		.file_offset = foff, .buf_offset = boff,
+	};
+	int r = do_io(dev, write ? P2PDIRECT_IOC_WRITE : P2PDIRECT_IOC_READ, &io);
+
+	if (out)
+		*out = io;
+	return r;
+}
+
+/* Bytes of @p that differ from the fill pattern at @pos with @seed. */
+static __u64 fill_diff(const __u8 *p, __u64 len, __u64 pos, __u64 seed)
+{
+	__u64 bad = 0;
+
+	for (__u64 i = 0; i < len; i++)
+		bad += p[i] != fill_byte(pos + i, seed);
+	return bad;
+}
+
+static __u64 nonzero(const __u8 *p, __u64 len)
+{
+	__u64 n = 0;
+
+	for (__u64 i = 0; i < len; i++)
+		n += p[i] != 0;
+	return n;
+}
+
+static void rec_fill(const struct dbuf *b, __u64 off, __u64 len, __u64 seed, __u64 pos)
+{
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu fill=%llu pos=%llu guard=0\n", b->g->bdf,
+	       (unsigned long long)gpu_off(b, off), (unsigned long long)len,
+	       (unsigned long long)seed, (unsigned long long)pos);
+}
+
+static void rec_ns(const struct dbuf *b, __u64 off, __u64 len, int nsid, __u64 nsoff,
+		   __u64 guard)
+{
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu ns=%d nsoff=%llu guard=%llu\n", b->g->bdf,
+	       (unsigned long long)gpu_off(b, off), (unsigned long long)len, nsid,
+	       (unsigned long long)nsoff, (unsigned long long)guard);
+}
+
+static void rec_zero(const struct dbuf *b, __u64 off, __u64 len)
+{
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", b->g->bdf,
+	       (unsigned long long)gpu_off(b, off), (unsigned long long)len);
+}
+
+static void rec_nvme(int nsid, __u64 off, __u64 len, __u64 seed, __u64 pos)
+{
+	printf("# NVMECHECK ns=%d off=%llu len=%llu fill=%llu pos=%llu\n", nsid,
+	       (unsigned long long)off, (unsigned long long)len, (unsigned long long)seed,
+	       (unsigned long long)pos);
+}
+
+static void rec_dma(int nsid, __u64 off, __u64 len, const char *gpu_bdf)
+{
+	if (gpu_bdf)
+		printf("# DMACHECK ns=%d off=%llu len=%llu where=gpu:%s\n", nsid,
+		       (unsigned long long)off, (unsigned long long)len, gpu_bdf);
+	else
+		printf("# DMACHECK ns=%d off=%llu len=%llu where=ram\n", nsid,
+		       (unsigned long long)off, (unsigned long long)len);
+}
+
+/*
+ * Physical pieces of [pos, pos + len) of the file @fd: calls @fn(logical,
+ * physical, len, unwritten, ctx) for each. Returns the bytes mapped.
+ */
+typedef void (*extent_fn)(__u64 logical, __u64 physical, __u64 len, int unwritten, void *ctx);
+
+static __u64 for_each_extent(int fd, __u64 pos, __u64 len, extent_fn fn, void *ctx)
+{
+	size_t sz = sizeof(struct fiemap) + 64 * sizeof(struct fiemap_extent);
+	struct fiemap *fm = calloc(1, sz);
+	__u64 mapped = 0;
+
+	if (!fm)
+		return 0;
+	fm->fm_start = pos;
+	fm->fm_length = len;
+	fm->fm_flags = FIEMAP_FLAG_SYNC;
+	fm->fm_extent_count = 64;
+	if (ioctl(fd, FS_IOC_FIEMAP, fm) == 0) {
+		for (unsigned int i = 0; i < fm->fm_mapped_extents; i++) {
+			struct fiemap_extent *e = &fm->fm_extents[i];
+			__u64 lo = e->fe_logical > pos ? e->fe_logical : pos;
+			__u64 hi = e->fe_logical + e->fe_length;
+
+			if (hi > pos + len)
+				hi = pos + len;
+			if (lo >= hi)
+				continue;
+			fn(lo, e->fe_physical + (lo - e->fe_logical), hi - lo,
+			   !!(e->fe_flags & FIEMAP_EXTENT_UNWRITTEN), ctx);
+			mapped += hi - lo;
+		}
+	}
+	free(fm);
+	return mapped;
+}
+
+/* Records for a READ of a file at @pos into @b at @boff. */
+struct read_rec {
+	const struct dbuf *b;
+	__u64 pos, boff;
+	int nsid;
+};
+
+static void read_rec_fn(__u64 logical, __u64 physical, __u64 len, int unwritten, void *ctx)
+{
+	struct read_rec *r = ctx;
+	__u64 at = r->boff + (logical - r->pos);
+
+	if (unwritten) {
+		rec_zero(r->b, at, len);
+		return;
+	}
+	rec_ns(r->b, at, len, r->nsid, physical, 0);
+	rec_dma(r->nsid, physical, len, r->b->g->bdf);
+}
+
+/* Records for a WRITE of fill(seed) bytes, pattern position = file offset. */
+struct write_rec {
+	int nsid;
+	__u64 seed;
+	const char *bdf;
+};
+
+static void write_rec_fn(__u64 logical, __u64 physical, __u64 len, int unwritten, void *ctx)
+{
+	struct write_rec *w = ctx;
+
+	if (unwritten)
+		return;
+	rec_nvme(w->nsid, physical, len, w->seed, logical);
+	rec_dma(w->nsid, physical, len, w->bdf);
+}
+
+/* --- fixture --------------------------------------------------------------- */
+
+FIXTURE(st) {
+	int dev;
+	struct gpu gpu[2];
+	char ns1[64], ns4[64];
+};
+
+FIXTURE_SETUP(st)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	int g = 0;
+
+	/* Records reach the host line by line, and forks never duplicate them. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	self->dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->dev, 0) TH_LOG("open %s: %s", DEV_PATH, strerror(errno));
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8 && g < 2; i++) {
+		if (p[i].kind != P2PDIRECT_PROVIDER_BAR)
+			continue;
+		self->gpu[g].index = p[i].index;
+		pci_name(p[i].pci_addr, self->gpu[g].bdf, sizeof(self->gpu[g].bdf));
+		g++;
+	}
+	ASSERT_EQ(2, g) TH_LOG("need two emulated GPUs");
+	ASSERT_TRUE(find_nvme_nsid(1, self->ns1, sizeof(self->ns1), NULL));
+	ASSERT_TRUE(find_nvme_nsid(4, self->ns4, sizeof(self->ns4), NULL));
+}
+
+FIXTURE_TEARDOWN(st)
+{
+	close(self->dev);
+}
+
+/* --- raw namespace --------------------------------------------------------- */
+
+/* NSID 1 -> each GPU: 4 MiB, the data checked in the guest and by the host. */
+TEST_F(st, raw_read_both_gpus)
+{
+	for (int g = 0; g < 2; g++) {
+		__u64 foff = g * 16 * MiB + 3 * MiB, len = 4 * MiB;
+		struct p2pdirect_io out;
+		struct dbuf b;
+		int fd;
+
+		ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[g], len, &b));
+		fd = open(self->ns1, O_RDONLY | O_DIRECT);
+		ASSERT_GE(fd, 0);
+		ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, foff, 0, &out));
+		EXPECT_EQ(len, out.bytes);
+		EXPECT_EQ(len, out.p2p_bytes);
+		EXPECT_EQ(0u, out.bounce_bytes);
+		EXPECT_EQ(0u, out.zeroed_bytes);
+		EXPECT_NE(0u, out.dma_pci_addr);
+		EXPECT_EQ(0u, fill_diff(b.p, len, foff, 1));
+		EXPECT_EQ(0u, nonzero(b.map, GUARD));
+		EXPECT_EQ(0u, nonzero(b.p + len, GUARD));
+		rec_ns(&b, 0, len, 1, foff, GUARD);
+		rec_dma(1, foff, len, b.g->bdf);
+		close(fd);
+		/* Kept allocated: the host reads it after the run. */
+	}
+}
+
+/* Each GPU -> NSID 1, then back into the other half of the buffer. */
+TEST_F(st, raw_write_both_gpus)
+{
+	for (int g = 0; g < 2; g++) {
+		__u64 foff = 64 * MiB + g * 16 * MiB, len = 2 * MiB + 512 * KiB;
+		__u64 seed = 0x100 + g;
+		struct p2pdirect_io out;
+		struct dbuf b;
+		int fd;
+
+		ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[g], 2 * len, &b));
+		fill_buf(b.p, len, foff, seed);
+		rec_fill(&b, 0, len, seed, foff);
+		fd = open(self->ns1, O_RDWR | O_DIRECT);
+		ASSERT_GE(fd, 0);
+		ASSERT_EQ(0, rw(self->dev, true, fd, 0, (uintptr_t)b.p, len, foff, 0, &out));
+		EXPECT_EQ(len, out.bytes);
+		EXPECT_EQ(len, out.p2p_bytes);
+		rec_nvme(1, foff, len, seed, foff);
+		ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, foff, len, &out));
+		EXPECT_EQ(len, out.bytes);
+		EXPECT_EQ(0u, fill_diff(b.p + len, len, foff, seed));
+		rec_ns(&b, len, len, 1, foff, 0);
+		rec_dma(1, foff, len, b.g->bdf);
+		close(fd);
+	}
+}
+
+/* One I/O bigger than a bio: the engine splits by the queue limits. */
+TEST_F(st, raw_read_spans_many_bios)
+{
+	__u64 foff = 8 * MiB, len = 6 * MiB + 4 * KiB;
+	struct p2pdirect_io out;
+	struct dbuf b;
+	int fd;
+
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], len, &b));
+	fd = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, foff, 0, &out));
+	EXPECT_EQ(len, out.bytes);
+	EXPECT_EQ(0u, fill_diff(b.p, len, foff, 1));
+	EXPECT_EQ(0u, nonzero(b.p + len, GUARD));
+	rec_ns(&b, 0, len, 1, foff, GUARD);
+	rec_dma(1, foff, len, b.g->bdf);
+	close(fd);
+}
+
+/* pread semantics at the end of the namespace. */
+TEST_F(st, raw_end_of_device)
+{
+	struct p2pdirect_io out;
+	struct dbuf b;
+	__u64 size;
+	int fd;
+
+	fd = open(self->ns1, O_RDWR | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, ioctl(fd, BLKGETSIZE64, &size));
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[1], MiB, &b));
+	/* Crossing the end: stops there. */
+	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, MiB, size - 8 * KiB, 0, &out));
+	EXPECT_EQ(8 * KiB, out.bytes);
+	/* At the end: 0 bytes; a write there: ENOSPC. */
+	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, MiB, size, 0, &out));
+	EXPECT_EQ(0u, out.bytes);
+	EXPECT_EQ(-ENOSPC, rw(self->dev, true, fd, 0, (uintptr_t)b.p, MiB, size, 0, NULL));
+	close(fd);
+	EXPECT_EQ(0u, nonzero(b.p + 8 * KiB, MiB - 8 * KiB));
+	rec_zero(&b, 8 * KiB, MiB - 8 * KiB);
+	EXPECT_EQ(0, dbuf_free(self->dev, &b));
+}
+
+/* --- files ------------------------------------------------------------------ */
+
+static const char *const mnt[] = { "/mnt/ext4", "/mnt/xfs" };
+
+/* data.bin of ext4 (NSID 2) and xfs (NSID 3) -> both GPUs. */
+TEST_F(st, file_read_ext4_xfs_both_gpus)
+{
+	for (int fs = 0; fs < 2; fs++) {
+		for (int g = 0; g < 2; g++) {
+			int nsid = 2 + fs;
+			__u64 pos = (g ? 4 : 1) * MiB, len = 2 * MiB;
+			struct p2pdirect_io out;
+			struct read_rec r;
+			char path[64];
+			struct dbuf b;
+			int fd;
+
+			snprintf(path, sizeof(path), "%s/data.bin", mnt[fs]);
+			fd = open(path, O_RDONLY | O_DIRECT);
+			ASSERT_GE(fd, 0) TH_LOG("%s: %s", path, strerror(errno));
+			ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[g], len, &b));
+			ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, pos, 0, &out));
+			EXPECT_EQ(len, out.bytes);
+			EXPECT_EQ(len, out.p2p_bytes);
+			EXPECT_EQ(0u, out.zeroed_bytes);
+			EXPECT_EQ(0u, fill_diff(b.p, len, pos, nsid)) TH_LOG("%s gpu%d", path, g);
+			EXPECT_EQ(0u, nonzero(b.p + len, GUARD));
+			r = (struct read_rec){ .b = &b, .pos = pos, .boff = 0, .nsid = nsid };
+			EXPECT_EQ(len, for_each_extent(fd, pos, len, read_rec_fn, &r));
+			close(fd);
+		}
+	}
+}
+
+/* Each GPU -> a new file on ext4 and xfs: extends it, leaves a hole. */
+TEST_F(st, file_write_extends_ext4_xfs_both_gpus)
+{
+	for (int fs = 0; fs < 2; fs++) {
+		for (int g = 0; g < 2; g++) {
+			int nsid = 2 + fs;
+			__u64 len = MiB + 256 * KiB, hole_at = 3 * MiB;
+			__u64 seed = 0x200 + fs * 2 + g;
+			struct write_rec w = { .nsid = nsid, .seed = seed, .bdf = self->gpu[g].bdf };
+			struct p2pdirect_io out;
+			char path[64];
+			struct dbuf b;
+			struct stat st;
+			int fd;
+
+			snprintf(path, sizeof(path), "%s/w-gpu%d.bin", mnt[fs], g);
+			fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+			ASSERT_GE(fd, 0) TH_LOG("%s: %s", path, strerror(errno));
+			ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[g], 2 * len, &b));
+			/* Pattern position = file offset, for both pieces. */
+			fill_buf(b.p, len, 0, seed);
+			fill_buf(b.p + len, len, hole_at, seed);
+			rec_fill(&b, 0, len, seed, 0);
+			rec_fill(&b, len, len, seed, hole_at);
+			ASSERT_EQ(0, rw(self->dev, true, fd, 0, (uintptr_t)b.p, len, 0, 0, &out));
+			EXPECT_EQ(len, out.bytes);
+			EXPECT_EQ(len, out.p2p_bytes);
+			ASSERT_EQ(0, rw(self->dev, true, fd, 0, (uintptr_t)b.p, len, hole_at, len,
+					&out));
+			EXPECT_EQ(len, out.bytes);
+			ASSERT_EQ(0, fsync(fd));
+			ASSERT_EQ(0, fstat(fd, &st));
+			EXPECT_EQ(hole_at + len, (__u64)st.st_size);
+			EXPECT_EQ(len, for_each_extent(fd, 0, len, write_rec_fn, &w));
+			EXPECT_EQ(len, for_each_extent(fd, hole_at, len, write_rec_fn, &w));
+			close(fd);
+		}
+	}
+}
+
+/*
+ * A hole, an unwritten (fallocated) extent and data, read in one READ: the
+ * first two arrive as zeros the file system wrote with the CPU (counted as
+ * zeroed_bytes), the data by DMA; at EOF the read is short.
+ */
+TEST_F(st, file_holes_unwritten_and_eof)
+{
+	for (int fs = 0; fs < 2; fs++) {
+		int nsid = 2 + fs, g = fs;
+		__u64 seed = 0x300 + fs, part = MiB;
+		struct p2pdirect_io out;
+		struct read_rec r;
+		char path[64];
+		struct dbuf b;
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/holes.bin", mnt[fs]);
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+		ASSERT_GE(fd, 0);
+		ASSERT_EQ(0, ftruncate(fd, part));			/* [0, 1M): hole */
+		ASSERT_EQ(0, fallocate(fd, 0, part, part));		/* [1M, 2M): unwritten */
+		ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[g], 4 * part, &b));
+		fill_buf(b.p, part, 2 * part, seed);			/* [2M, 3M): data */
+		rec_fill(&b, 0, part, seed, 2 * part);
+		ASSERT_EQ(0, rw(self->dev, true, fd, 0, (uintptr_t)b.p, part, 2 * part, 0, &out));
+		ASSERT_EQ(part, out.bytes);
+		ASSERT_EQ(0, fsync(fd));
+		/* Fill the target with non-zero bytes, so the zeros must come from the read. */
+		fill_buf(b.p + part, 3 * part, 0, 0x3ff);
+		rec_fill(&b, part, 3 * part, 0x3ff, 0);
+		/* Asks for 3 MiB + 512 KiB: the file ends at 3 MiB. */
+		ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, 3 * part + 512 * KiB, 0,
+				part, &out));
+		EXPECT_EQ(3 * part, out.bytes);
+		EXPECT_EQ(2 * part, out.zeroed_bytes);
+		EXPECT_EQ(part, out.p2p_bytes);
+		EXPECT_EQ(0u, nonzero(b.p + part, 2 * part));
+		EXPECT_EQ(0u, fill_diff(b.p + 3 * part, part, 2 * part, seed));
+		rec_zero(&b, part, part);		/* the hole: no extent */
+		r = (struct read_rec){ .b = &b, .pos = 0, .boff = part, .nsid = nsid };
+		for_each_extent(fd, 0, 3 * part, read_rec_fn, &r);
+		/* At EOF: 0 bytes. */
+		ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, part, 3 * part, 0, &out));
+		EXPECT_EQ(0u, out.bytes);
+		close(fd);
+	}
+}
+
+/* --- reachability and COMPAT ------------------------------------------------ */
+
+/* NSID 4 sits on its own root port: not reachable without COMPAT. */
+TEST_F(st, unreachable_nvme_and_compat)
+{
+	__u64 foff = 2 * MiB, len = 3 * MiB, wpos = 64 * MiB, seed = 0x400;
+	struct p2pdirect_io out;
+	struct dbuf b;
+	int fd;
+
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], 2 * len, &b));
+	fd = open(self->ns4, O_RDWR | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(-EREMOTEIO, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, foff, 0, NULL));
+	EXPECT_EQ(-EREMOTEIO, rw(self->dev, true, fd, 0, (uintptr_t)b.p, len, wpos, 0, NULL));
+	EXPECT_EQ(0u, nonzero(b.map, b.a.size));
+	ASSERT_EQ(0, rw(self->dev, false, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)b.p, len, foff, 0,
+			&out));
+	EXPECT_EQ(len, out.bytes);
+	EXPECT_EQ(len, out.bounce_bytes);
+	EXPECT_EQ(0u, out.p2p_bytes);
+	EXPECT_EQ(0u, fill_diff(b.p, len, foff, 4));
+	rec_ns(&b, 0, len, 4, foff, 0);
+	rec_dma(4, foff, len, NULL);
+	fill_buf(b.p + len, len, wpos, seed);
+	rec_fill(&b, len, len, seed, wpos);
+	ASSERT_EQ(0, rw(self->dev, true, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)b.p, len, wpos, len,
+			&out));
+	EXPECT_EQ(len, out.bytes);
+	EXPECT_EQ(len, out.bounce_bytes);
+	rec_nvme(4, wpos, len, seed, wpos);
+	rec_dma(4, wpos, len, NULL);
+	close(fd);
+}
+
+/* --- registrations ---------------------------------------------------------- */
+
+TEST_F(st, registered_buffers)
+{
+	struct p2pdirect_register reg = { 0 }, ro = { 0 };
+	__u64 len = MiB, foff = 12 * MiB;
+	struct p2pdirect_io out;
+	struct dbuf b;
+	int fd;
+
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], 2 * len, &b));
+	reg.addr = (uintptr_t)b.p;
+	reg.size = 2 * len;
+	reg.flags = P2PDIRECT_REG_WRITE;
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &reg));
+	fd = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, rw(self->dev, false, fd, P2PDIRECT_IO_REGISTERED, reg.id, len, foff, len,
+			&out));
+	EXPECT_EQ(len, out.bytes);
+	EXPECT_EQ(0u, fill_diff(b.p + len, len, foff, 1));
+	EXPECT_EQ(0u, nonzero(b.p, len));
+	rec_ns(&b, len, len, 1, foff, 0);
+	rec_dma(1, foff, len, b.g->bdf);
+	/* Past the registration; unknown id. */
+	EXPECT_EQ(-ERANGE, rw(self->dev, false, fd, P2PDIRECT_IO_REGISTERED, reg.id, len, foff,
+			      len + 4096, NULL));
+	EXPECT_EQ(-ENOENT, rw(self->dev, false, fd, P2PDIRECT_IO_REGISTERED, reg.id + 1000, len,
+			      foff, 0, NULL));
+	/* A registration devices may not write into: no READ into it. */
+	ro.addr = (uintptr_t)b.p;
+	ro.size = len;
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &ro));
+	EXPECT_EQ(-EPERM, rw(self->dev, false, fd, P2PDIRECT_IO_REGISTERED, ro.id, len, foff, 0,
+			     NULL));
+	close(fd);
+	/* Freed memory: the registration is dead, I/O through it ESTALE. */
+	fd = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_EQ(0, dbuf_free(self->dev, &b));
+	EXPECT_EQ(-ESTALE, rw(self->dev, false, fd, P2PDIRECT_IO_REGISTERED, reg.id, len, foff, 0,
+			      NULL));
+	close(fd);
+}
+
+/* --- bad input --------------------------------------------------------------- */
+
+/*
+ * Every refusal leaves the target untouched: the whole allocation is zero
+ * afterwards (checked here and by the host), and so is the NVMe region a
+ * refused WRITE aimed at.
+ */
+TEST_F(st, bad_input)
+{
+	__u64 len = 256 * KiB, wpos = 128 * MiB;
+	int rd, wr, nod, pipefd[2], sock[2], dir, tmp, closed;
+	struct p2pdirect_io io;
+	void *ram;
+	struct dbuf b;
+	__u64 p;
+
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[1], len, &b));
+	p = (uintptr_t)b.p;
+	rd = open(self->ns1, O_RDONLY | O_DIRECT);
+	wr = open(self->ns1, O_WRONLY | O_DIRECT);
+	nod = open(self->ns1, O_RDWR);
+	ASSERT_GE(rd, 0);
+	ASSERT_GE(wr, 0);
+	ASSERT_GE(nod, 0);
+	ASSERT_EQ(0, pipe(pipefd));
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sock));
+	dir = open("/mnt/ext4", O_RDONLY | O_DIRECTORY);
+	ASSERT_GE(dir, 0);
+	tmp = open("/tmp/odirect.bin", O_RDWR | O_CREAT | O_DIRECT, 0600);
+	ASSERT_GE(tmp, 0) TH_LOG("tmpfs O_DIRECT open: %s", strerror(errno));
+	ASSERT_EQ(0, ftruncate(tmp, MiB));
+	closed = dup(rd);
+	close(closed);
+
+	/* Sizes and offsets. */
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0, p, 0, 0, 0, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0, p, 4096 + 100, 0, 0, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0, p, 4096, 100, 0, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0, p, 4096, 0, 100, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0, p + 100, 4096, 0, 0, NULL));
+	EXPECT_EQ(-EFAULT, rw(self->dev, false, rd, 0, p, len + GUARD + 4096, 0, 0, NULL));
+	EXPECT_EQ(-EFAULT, rw(self->dev, false, rd, 0, p, 8192, 0, len + GUARD - 4096, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0, p, 4096, 0, (__u64)-4096, NULL));
+	/* Flags and padding. */
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0x80, p, 4096, 0, 0, NULL));
+	io = (struct p2pdirect_io){ .fd = rd, .addr = p, .size = 4096, .pad = 1 };
+	EXPECT_EQ(-EINVAL, do_io(self->dev, P2PDIRECT_IOC_READ, &io));
+	/* File descriptors. */
+	EXPECT_EQ(-EBADF, rw(self->dev, false, closed, 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-EBADF, rw(self->dev, false, -1, 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-EBADF, rw(self->dev, true, rd, 0, p, 4096, wpos, 0, NULL));
+	EXPECT_EQ(-EBADF, rw(self->dev, false, wr, 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, nod, 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, true, nod, 0, p, 4096, wpos, 0, NULL));
+	EXPECT_EQ(-ESPIPE, rw(self->dev, false, pipefd[0], 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-ESPIPE, rw(self->dev, true, pipefd[1], 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-ESPIPE, rw(self->dev, false, sock[0], 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-EISDIR, rw(self->dev, false, dir, 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, self->dev, 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-EOPNOTSUPP, rw(self->dev, false, tmp, 0, p, 4096, 0, 0, NULL));
+	EXPECT_EQ(-EOPNOTSUPP, rw(self->dev, true, tmp, 0, p, 4096, 0, 0, NULL));
+	/* Memory that is not device memory. */
+	ASSERT_EQ(0, posix_memalign(&ram, 4096, len));
+	memset(ram, 0x5a, len);
+	EXPECT_EQ(-ENXIO, rw(self->dev, false, rd, 0, (uintptr_t)ram, 4096, 0, 0, NULL));
+	EXPECT_EQ(-ENXIO, rw(self->dev, true, wr, 0, (uintptr_t)ram, 4096, wpos, 0, NULL));
+	for (__u64 i = 0; i < len; i++)
+		ASSERT_EQ(0x5a, ((__u8 *)ram)[i]);
+	free(ram);
+	/* Nothing was written anywhere. */
+	EXPECT_EQ(0u, nonzero(b.map, b.a.size));
+	close(rd);
+	close(wr);
+	close(nod);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	close(sock[0]);
+	close(sock[1]);
+	close(dir);
+	close(tmp);
+	unlink("/tmp/odirect.bin");
+	/* The host: the allocation is still all zero (dbuf_new's record). */
+	rec_zero(&b, 0, len);
+}
+
+/* --- concurrency -------------------------------------------------------------- */
+
+#define PROCS 3
+#define THREADS 4
+#define ROUNDS 4
+#define SLICE (256 * KiB)
+
+struct worker {
+	int dev, fd;
+	__u8 *buf;		/* this thread's two slices: read target, write source */
+	__u8 *shared;		/* one slice all threads of the process read into */
+	__u64 base;		/* this GPU's read region of NSID 1 */
+	int proc, thread;
+	int failures;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct p2pdirect_io out;
+
+	for (int r = 0; r < ROUNDS; r++) {
+		int id = w->proc * THREADS + w->thread;
+		__u64 rpos = w->base + ((id * ROUNDS + r) % 48) * SLICE;
+		__u64 wpos = 96 * MiB + (id * ROUNDS + r) * SLICE;
+		__u64 seed = 0x500 + id;
+
+		/* Own slice: read and check. */
+		if (rw(w->dev, false, w->fd, 0, (uintptr_t)w->buf, SLICE, rpos, 0, &out) ||
+		    out.bytes != SLICE || fill_diff(w->buf, SLICE, rpos, 1))
+			w->failures++;
+		/* Shared slice: every thread reads the same blocks into it at once. */
+		if (rw(w->dev, false, w->fd, 0, (uintptr_t)w->shared, SLICE, w->base, 0, &out) ||
+		    out.bytes != SLICE)
+			w->failures++;
+		/* Write from device memory, read back into the own slice, check. */
+		fill_buf(w->buf + SLICE, SLICE, wpos, seed);
+		if (rw(w->dev, true, w->fd, 0, (uintptr_t)w->buf + SLICE, SLICE, wpos, 0, &out) ||
+		    out.bytes != SLICE)
+			w->failures++;
+		if (rw(w->dev, false, w->fd, 0, (uintptr_t)w->buf, SLICE, wpos, 0, &out) ||
+		    fill_diff(w->buf, SLICE, wpos, seed))
+			w->failures++;
+	}
+	return NULL;
+}
+
+static int run_process(const char *ns, const struct gpu *g, int gi, int proc)
+{
+	struct worker w[THREADS];
+	pthread_t t[THREADS];
+	int dev, fd, failures = 0;
+	struct dbuf b;
+
+	dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	fd = open(ns, O_RDWR | O_DIRECT);
+	if (dev < 0 || fd < 0)
+		return 100;
+	/* Quiet: these allocations are freed at exit; no host record. */
+	memset(&b, 0, sizeof(b));
+	b.a.provider = g->index;
+	b.a.size = (2 * THREADS + 1) * SLICE;
+	if (ioctl(dev, P2PDIRECT_IOC_ALLOC, &b.a))
+		return 101;
+	b.map = mmap(NULL, b.a.size, PROT_READ | PROT_WRITE, MAP_SHARED, dev, b.a.mmap_offset);
+	if (b.map == MAP_FAILED)
+		return 102;
+	for (int i = 0; i < THREADS; i++) {
+		w[i] = (struct worker){ .dev = dev, .fd = fd, .proc = proc, .thread = i,
+					.base = gi * 16 * MiB,
+					.buf = b.map + 2 * i * SLICE,
+					.shared = b.map + 2 * THREADS * SLICE };
+		if (pthread_create(&t[i], NULL, worker_main, &w[i]))
+			return 103;
+	}
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(t[i], NULL);
+		failures += w[i].failures;
+	}
+	failures += fill_diff(b.map + 2 * THREADS * SLICE, SLICE, gi * 16 * MiB, 1) != 0;
+	/* Leave the memory in a state the host knows. */
+	memset(b.map, 0, b.a.size);
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
+	       (unsigned long long)b.a.provider_offset, (unsigned long long)b.a.size);
+	return failures > 99 ? 99 : failures;
+}
+
+/* Several processes, several threads each, separate and shared buffers. */
+TEST_F(st, concurrent_processes_and_threads)
+{
+	pid_t pid[PROCS];
+
+	for (int p = 0; p < PROCS; p++) {
+		pid[p] = fork();
+		ASSERT_GE(pid[p], 0);
+		if (pid[p] == 0)
+			_exit(run_process(self->ns1, &self->gpu[p % 2], p % 2, p));
+	}
+	for (int p = 0; p < PROCS; p++) {
+		int status;
+
+		ASSERT_EQ(pid[p], waitpid(pid[p], &status, 0));
+		EXPECT_TRUE(WIFEXITED(status));
+		EXPECT_EQ(0, WEXITSTATUS(status)) TH_LOG("process %d: %d failures", p,
+							 WEXITSTATUS(status));
+	}
+}
+
+struct racer {
+	int dev, fd;
+	__u64 addr;
+	volatile int stop;
+	int ok, refused, other;
+};
+
+static void *racer_main(void *arg)
+{
+	struct racer *r = arg;
+
+	while (!r->stop) {
+		int e = rw(r->dev, false, r->fd, 0, r->addr, MiB, 0, 0, NULL);
+
+		if (!e)
+			r->ok++;
+		else if (e == -EFAULT || e == -ENXIO)
+			r->refused++;
+		else
+			r->other++;
+	}
+	return NULL;
+}
+
+/* READs racing with FREE: the FREE succeeds, the I/O either completes or is refused. */
+TEST_F(st, io_racing_free)
+{
+	struct racer r = { .dev = self->dev };
+	struct p2pdirect_alloc a = { .provider = self->gpu[0].index, .size = MiB };
+	struct p2pdirect_free f;
+	pthread_t t;
+	void *m;
+
+	r.fd = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(r.fd, 0);
+	for (int round = 0; round < 4; round++) {
+		ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_ALLOC, &a));
+		m = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, self->dev, a.mmap_offset);
+		ASSERT_NE(MAP_FAILED, m);
+		r.addr = (uintptr_t)m;
+		r.stop = 0;
+		/* One whole READ first: the memory then holds NSID 1's first MiB. */
+		ASSERT_EQ(0, rw(self->dev, false, r.fd, 0, r.addr, MiB, 0, 0, NULL));
+		printf("# HOSTCHECK gpu=%s off=%llu len=%llu ns=1 nsoff=0 guard=0\n",
+		       self->gpu[0].bdf, (unsigned long long)a.provider_offset,
+		       (unsigned long long)MiB);
+		ASSERT_EQ(0, pthread_create(&t, NULL, racer_main, &r));
+		usleep(20000 * (round + 1));
+		f.handle = a.handle;
+		EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_FREE, &f)) TH_LOG("FREE: %s",
+									    strerror(errno));
+		usleep(20000);
+		r.stop = 1;
+		pthread_join(t, NULL);
+		munmap(m, MiB);
+	}
+	TH_LOG("%d READs completed, %d refused after FREE", r.ok, r.refused);
+	EXPECT_EQ(0, r.other);
+	EXPECT_LT(0, r.refused);
+	close(r.fd);
+}
+
+TEST_HARNESS_MAIN

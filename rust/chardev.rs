@@ -68,7 +68,10 @@ impl OpenFile {
     }
 
     /// A registration of this file, for I/O (`ENOENT` if unknown).
-    pub(crate) fn registration(&self, id: u64) -> Result<kernel::sync::Arc<registration::RegEntry>> {
+    pub(crate) fn registration(
+        &self,
+        id: u64,
+    ) -> Result<kernel::sync::Arc<registration::RegEntry>> {
         registration::find(&self.regs.lock(), id)
     }
 

@@ -568,9 +568,7 @@ impl PinRef {
             return Err(EINVAL);
         }
         // SAFETY: both pins are valid and both ranges lie inside them (checked).
-        unsafe {
-            shim::p2pdirect_pin_copy(self.0.as_ptr(), off, src.0.as_ptr(), src_off, len)
-        };
+        unsafe { shim::p2pdirect_pin_copy(self.0.as_ptr(), off, src.0.as_ptr(), src_off, len) };
         Ok(())
     }
 
@@ -700,7 +698,14 @@ impl IoFile {
 
     /// Files: an O_DIRECT read or write of `len` bytes at `pos` from or into
     /// `pin` at `off`, through the file system. Returns bytes moved.
-    pub(crate) fn rw(&self, pin: &PinRef, off: u64, len: u64, pos: u64, write: bool) -> Result<u64> {
+    pub(crate) fn rw(
+        &self,
+        pin: &PinRef,
+        off: u64,
+        len: u64,
+        pos: u64,
+        write: bool,
+    ) -> Result<u64> {
         // SAFETY: file and pin are valid; the shim checks the range against the pin.
         let r = unsafe {
             shim::p2pdirect_file_rw(self.file.as_ptr(), pin.0.as_ptr(), off, len, pos, write)

@@ -112,7 +112,11 @@ pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
         // pread/pwrite on a block device: reads stop at its end, writes
         // past it fail.
         if req.file_offset >= lim.size {
-            return if req.write { Err(ENOSPC) } else { Ok(Done::default()) };
+            return if req.write {
+                Err(ENOSPC)
+            } else {
+                Ok(Done::default())
+            };
         }
         len = len.min(lim.size - req.file_offset);
     }
@@ -136,7 +140,15 @@ pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
         done.zeroed = zeroed;
         return Ok(done);
     }
-    let (bytes, zeroed) = direct(&file, &lim, &mem.pages, mem.offset, req.file_offset, len, req.write)?;
+    let (bytes, zeroed) = direct(
+        &file,
+        &lim,
+        &mem.pages,
+        mem.offset,
+        req.file_offset,
+        len,
+        req.write,
+    )?;
     done.bytes = bytes;
     done.zeroed = zeroed;
     done.p2p = bytes - zeroed;
@@ -355,7 +367,13 @@ fn bdev_io(
 
 /// COMPAT: the device cannot reach the memory, so the data goes through a
 /// host-memory buffer, chunk by chunk, and the CPU copies it.
-fn bounce(file: &IoFile, lim: &Limits, mem: &Memory, req: &Request, len: u64) -> Result<(u64, u64)> {
+fn bounce(
+    file: &IoFile,
+    lim: &Limits,
+    mem: &Memory,
+    req: &Request,
+    len: u64,
+) -> Result<(u64, u64)> {
     let buf = PinRef::bounce(len.min(BOUNCE_CHUNK))?;
     let (mut done, mut zeroed) = (0u64, 0u64);
     while done < len {

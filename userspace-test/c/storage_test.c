@@ -182,9 +182,10 @@ static void rec_dma(int nsid, __u64 off, __u64 len, const char *gpu_bdf)
  * Physical pieces of [pos, pos + len) of the file @fd: calls @fn(logical,
  * physical, len, unwritten, ctx) for each. Returns the bytes mapped.
  */
-typedef void (*extent_fn)(__u64 logical, __u64 physical, __u64 len, int unwritten, void *ctx);
-
-static __u64 for_each_extent(int fd, __u64 pos, __u64 len, extent_fn fn, void *ctx)
+static __u64 walk_extents(int fd, __u64 pos, __u64 len,
+			     void (*fn)(__u64 logical, __u64 physical, __u64 len, int unwritten,
+					void *ctx),
+			     void *ctx)
 {
 	size_t sz = sizeof(struct fiemap) + 64 * sizeof(struct fiemap_extent);
 	struct fiemap *fm = calloc(1, sz);
@@ -419,7 +420,7 @@ TEST_F(st, file_read_ext4_xfs_both_gpus)
 			EXPECT_EQ(0u, fill_diff(b.p, len, pos, nsid)) TH_LOG("%s gpu%d", path, g);
 			EXPECT_EQ(0u, nonzero(b.p + len, GUARD));
 			r = (struct read_rec){ .b = &b, .pos = pos, .boff = 0, .nsid = nsid };
-			EXPECT_EQ(len, for_each_extent(fd, pos, len, read_rec_fn, &r));
+			EXPECT_EQ(len, walk_extents(fd, pos, len, read_rec_fn, &r));
 			close(fd);
 		}
 	}
@@ -458,8 +459,8 @@ TEST_F(st, file_write_extends_ext4_xfs_both_gpus)
 			ASSERT_EQ(0, fsync(fd));
 			ASSERT_EQ(0, fstat(fd, &st));
 			EXPECT_EQ(hole_at + len, (__u64)st.st_size);
-			EXPECT_EQ(len, for_each_extent(fd, 0, len, write_rec_fn, &w));
-			EXPECT_EQ(len, for_each_extent(fd, hole_at, len, write_rec_fn, &w));
+			EXPECT_EQ(len, walk_extents(fd, 0, len, write_rec_fn, &w));
+			EXPECT_EQ(len, walk_extents(fd, hole_at, len, write_rec_fn, &w));
 			close(fd);
 		}
 	}
@@ -505,7 +506,7 @@ TEST_F(st, file_holes_unwritten_and_eof)
 		EXPECT_EQ(0u, fill_diff(b.p + 3 * part, part, 2 * part, seed));
 		rec_zero(&b, part, part);		/* the hole: no extent */
 		r = (struct read_rec){ .b = &b, .pos = 0, .boff = part, .nsid = nsid };
-		for_each_extent(fd, 0, 3 * part, read_rec_fn, &r);
+		walk_extents(fd, 0, 3 * part, read_rec_fn, &r);
 		/* At EOF: 0 bytes. */
 		ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, part, 3 * part, 0, &out));
 		EXPECT_EQ(0u, out.bytes);
@@ -788,7 +789,7 @@ TEST_F(st, concurrent_processes_and_threads)
 struct racer {
 	int dev, fd;
 	__u64 addr;
-	volatile int stop;
+	int stop;		/* __atomic accesses */
 	int ok, refused, other;
 };
 
@@ -796,7 +797,7 @@ static void *racer_main(void *arg)
 {
 	struct racer *r = arg;
 
-	while (!r->stop) {
+	while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
 		int e = rw(r->dev, false, r->fd, 0, r->addr, MiB, 0, 0, NULL);
 
 		if (!e)
@@ -825,7 +826,7 @@ TEST_F(st, io_racing_free)
 		m = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, self->dev, a.mmap_offset);
 		ASSERT_NE(MAP_FAILED, m);
 		r.addr = (uintptr_t)m;
-		r.stop = 0;
+		__atomic_store_n(&r.stop, 0, __ATOMIC_RELAXED);
 		/* One whole READ first: the memory then holds NSID 1's first MiB. */
 		ASSERT_EQ(0, rw(self->dev, false, r.fd, 0, r.addr, MiB, 0, 0, NULL));
 		printf("# HOSTCHECK gpu=%s off=%llu len=%llu ns=1 nsoff=0 guard=0\n",
@@ -837,7 +838,7 @@ TEST_F(st, io_racing_free)
 		EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_FREE, &f)) TH_LOG("FREE: %s",
 									    strerror(errno));
 		usleep(20000);
-		r.stop = 1;
+		__atomic_store_n(&r.stop, 1, __ATOMIC_RELAXED);
 		pthread_join(t, NULL);
 		munmap(m, MiB);
 	}

@@ -78,6 +78,7 @@ mod shim {
         pub(super) fn p2pdirect_pin_bounce(len: u64) -> *mut c_void;
         pub(super) fn p2pdirect_pin_len(pin: *mut c_void) -> u64;
         pub(super) fn p2pdirect_pin_offset(pin: *mut c_void) -> kernel::ffi::c_uint;
+        pub(super) fn p2pdirect_pin_provider(pin: *mut c_void) -> u32;
         pub(super) fn p2pdirect_pin_copy(
             dst: *mut c_void,
             dst_off: u64,
@@ -162,6 +163,18 @@ pub(crate) fn peer_clients() -> kernel::sync::GlobalGuard<PEER_CLIENTS> {
     PEER_CLIENTS.lock()
 }
 
+kernel::sync::global_lock! {
+    // SAFETY: `Globals::init` initialises it first thing in module init,
+    // before the misc device and debugfs file that use it are registered.
+    pub(crate) unsafe(uninit) static STATS: Mutex<crate::stats::Table> =
+        crate::stats::Table::new();
+}
+
+/// The statistics table (a leaf lock).
+pub(crate) fn stats() -> kernel::sync::GlobalGuard<STATS> {
+    STATS.lock()
+}
+
 /// The module's global state: set up first in module init, torn down last.
 ///
 /// # Invariants
@@ -180,6 +193,8 @@ impl Globals {
         unsafe { PEER_CLIENTS.init() };
         // SAFETY: as above, for the invalidation subscribers.
         unsafe { CONSUMERS.init() };
+        // SAFETY: as above, for the statistics.
+        unsafe { STATS.init() };
         Self(())
     }
 }
@@ -190,6 +205,10 @@ impl Drop for Globals {
         // PCI driver's unregistration emptied the provider list.
         drop(core::mem::take(&mut *PROVIDERS.lock()));
         drop(core::mem::take(&mut *CONSUMERS.lock()));
+        drop(core::mem::replace(
+            &mut *STATS.lock(),
+            crate::stats::Table::new(),
+        ));
         drop(core::mem::replace(
             &mut *PEER_CLIENTS.lock(),
             crate::peer_mem::Registry::new(),
@@ -554,6 +573,12 @@ impl PinRef {
         unsafe { shim::p2pdirect_pin_len(self.0.as_ptr()) }
     }
 
+    /// The PCI address of the provider of the first page (0: host memory).
+    pub(crate) fn provider(&self) -> u32 {
+        // SAFETY: the pin is valid by the type invariant.
+        unsafe { shim::p2pdirect_pin_provider(self.0.as_ptr()) }
+    }
+
     /// Offset of the range in its first page.
     pub(crate) fn page_offset(&self) -> u64 {
         // SAFETY: the pin is valid by the type invariant.
@@ -632,7 +657,7 @@ pub(crate) struct Limits {
     pub(crate) max_segments: u32,
     pub(crate) p2pdma: u32,
     pub(crate) read_only: u32,
-    pub(crate) pad: u32,
+    pub(crate) devt: u32,
     pub(crate) size: u64,
 }
 

@@ -35,6 +35,7 @@ const _: () = assert!(uapi::P2PDIRECT_IOC_DEREGISTER == iowr::<uapi::p2pdirect_r
 const _: () = assert!(uapi::P2PDIRECT_IOC_REG_QUERY == iowr::<uapi::p2pdirect_reg_id>(7));
 const _: () = assert!(uapi::P2PDIRECT_IOC_READ == iowr::<uapi::p2pdirect_io>(8));
 const _: () = assert!(uapi::P2PDIRECT_IOC_WRITE == iowr::<uapi::p2pdirect_io>(9));
+const _: () = assert!(uapi::P2PDIRECT_IOC_STATS == iowr::<uapi::p2pdirect_stats>(10));
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
@@ -49,6 +50,7 @@ pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Resu
         uapi::P2PDIRECT_IOC_REG_QUERY => reg_id(arg, |id| me.reg_state(id)),
         uapi::P2PDIRECT_IOC_READ => io(me, arg, false),
         uapi::P2PDIRECT_IOC_WRITE => io(me, arg, true),
+        uapi::P2PDIRECT_IOC_STATS => stats(arg),
         _ => Err(unknown(cmd)),
     }
 }
@@ -217,6 +219,27 @@ fn io(me: &OpenFile, arg: usize, write: bool) -> Result<isize> {
     req.bounce_bytes = done.bounced;
     req.zeroed_bytes = done.zeroed;
     req.dma_pci_addr = done.dma_pci;
+    ffi::copy_to_user(arg, &req)?;
+    Ok(0)
+}
+
+/// STATS: copies out what fits, counts all, resets on request.
+fn stats(arg: usize) -> Result<isize> {
+    let mut req: uapi::p2pdirect_stats = ffi::copy_from_user(arg)?;
+    if req.flags & !uapi::P2PDIRECT_STATS_RESET != 0 || req.pad != 0 {
+        return Err(EINVAL);
+    }
+    let rows = {
+        let mut table = ffi::stats();
+        let rows = table.to_uapi()?;
+        if req.flags & uapi::P2PDIRECT_STATS_RESET != 0 {
+            table.reset();
+        }
+        rows
+    };
+    let room = (req.capacity as usize).min(rows.len());
+    ffi::copy_slice_to_user(req.entries as usize, &rows[..room])?;
+    req.count = u32::try_from(rows.len()).map_err(|_| EOVERFLOW)?;
     ffi::copy_to_user(arg, &req)?;
     Ok(0)
 }

@@ -16,6 +16,7 @@ mod peer_clients;
 mod peer_mem;
 mod range_alloc;
 mod registration;
+mod stats;
 mod storage;
 
 use kernel::{driver, pci, prelude::*};
@@ -49,6 +50,11 @@ struct P2pDirect {
     /// `/dev/p2pdirect`: set up last, so every room it reaches is ready.
     #[pin]
     chardev: chardev::Registration,
+    /// debugfs `p2pdirect/stats` (reads the statistics in `globals`).
+    #[pin]
+    stats_file: kernel::debugfs::File<stats::DebugfsStats>,
+    /// debugfs `p2pdirect/`: removed after its file.
+    debugfs: kernel::debugfs::Dir,
     /// The PCI driver that turns device BARs into providers.
     #[pin]
     bar_driver: driver::Registration<pci::Adapter<bar_driver::BarDriver>>,
@@ -68,11 +74,19 @@ impl kernel::InPlaceModule for P2pDirect {
             ffi::uapi::P2PDIRECT_ABI_MAJOR,
             ffi::uapi::P2PDIRECT_ABI_MINOR
         );
+        let debugfs = kernel::debugfs::Dir::new(c"p2pdirect");
         try_pin_init!(Self {
             globals: ffi::Globals::init(),
             bio_pool: ffi::BioPool::new()?,
             peer_clients: peer_clients::Builtins::register()?,
             bar_driver <- driver::Registration::new(c"p2pdirect", module),
+            stats_file <- debugfs.read_write_callback_file(
+                c"stats",
+                stats::DebugfsStats,
+                &stats::DebugfsStats::show,
+                &stats::DebugfsStats::write,
+            ),
+            debugfs,
             chardev <- chardev::register(),
         })
     }

@@ -8,11 +8,13 @@
 //! allocation as a peer-memory [`Consumer`]; when the memory goes away it
 //! drops its pins and reports itself dead from then on, whichever file made it.
 //!
-//! Lock order: `OpenFile::regs` -> subscriber list (peer_mem) -> `RegEntry::claim`.
+//! Lock order: `OpenFile::regs` -> subscriber list (peer_mem) -> `RegEntry::claim`
+//! -> statistics (a leaf: `Pinned` takes it when a claim goes).
 
 use crate::{
     ffi,
     peer_mem::{self, Claim, Consumer, UserRange},
+    stats::Pinned,
 };
 use kernel::{
     new_mutex,
@@ -33,9 +35,10 @@ pub(crate) struct RegEntry {
     pub(crate) write: bool,
     /// The p2pdirect allocation the range lies in, if it is p2pdirect's memory.
     handle: Option<u64>,
-    /// The pinned claim; `None` once invalidated.
+    /// The pinned claim and its share of the provider's pinned bytes;
+    /// `None` once invalidated.
     #[pin]
-    claim: Mutex<Option<Claim>>,
+    claim: Mutex<Option<(Claim, Pinned)>>,
 }
 
 impl RegEntry {
@@ -48,7 +51,7 @@ impl RegEntry {
     /// invalidated meanwhile (the memory's FREE waits for that).
     pub(crate) fn pages(&self) -> Result<ffi::PinRef> {
         match self.claim.lock().as_ref() {
-            Some(claim) => claim.pages(),
+            Some((claim, _)) => claim.pages(),
             None => Err(ffi::estale()),
         }
     }
@@ -109,6 +112,7 @@ pub(crate) fn register(
     let mut claim = ffi::peer_clients().acquire(range)?;
     claim.get_pages(write)?;
     let (client, handle) = (claim.client_id, claim.devmem_handle());
+    let pinned = Pinned::new(claim.pages()?.provider(), size);
     let id = NEXT_REG.fetch_add(1, Relaxed);
     let entry = Arc::pin_init(
         pin_init!(RegEntry {
@@ -117,7 +121,7 @@ pub(crate) fn register(
             client,
             write,
             handle,
-            claim <- new_mutex!(Some(claim)),
+            claim <- new_mutex!(Some((claim, pinned))),
         }),
         GFP_KERNEL,
     )?;

@@ -28,8 +28,13 @@ use crate::{
     chardev::OpenFile,
     ffi::{self, uapi, Batch, Bio, IoFile, Limits, PinRef},
     peer_mem::UserRange,
+    stats::{Bdf, IoRecord, Key, Pinned},
 };
-use kernel::{page::PAGE_SIZE, prelude::*};
+use kernel::{
+    page::PAGE_SIZE,
+    prelude::*,
+    time::{Instant, Monotonic},
+};
 
 /// Size of the COMPAT bounce buffer (host memory), per I/O.
 const BOUNCE_CHUNK: u64 = 1 << 20;
@@ -56,23 +61,6 @@ pub(crate) struct Done {
     pub(crate) dma_pci: u32,
 }
 
-/// A PCI address (`P2PDIRECT_PCI_ADDR`) printed as `dddd:bb:dd.f`.
-struct Bdf(u32);
-
-impl kernel::fmt::Display for Bdf {
-    fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
-        let a = self.0;
-        write!(
-            f,
-            "{:04x}:{:02x}:{:02x}.{}",
-            a >> 16,
-            (a >> 8) & 0xff,
-            (a >> 3) & 0x1f,
-            a & 7
-        )
-    }
-}
-
 fn op_name(write: bool) -> &'static str {
     if write {
         "WRITE"
@@ -87,8 +75,35 @@ struct Memory {
     offset: u64,
 }
 
-/// Runs one READ or WRITE for the file `me`.
+/// The statistics rows an I/O counts in, as far as it got to learn them.
+#[derive(Default)]
+struct Keys {
+    provider: Option<u32>,
+    block: Option<u32>,
+}
+
+/// Runs one READ or WRITE for the file `me`, and counts it.
 pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
+    let start = Instant::<Monotonic>::now();
+    let mut keys = Keys::default();
+    let r = run_counted(me, req, &mut keys);
+    let d = r.as_ref().copied().unwrap_or_default();
+    ffi::stats().add(
+        &[keys.provider.map(Key::Provider), keys.block.map(Key::Block)],
+        &IoRecord {
+            write: req.write,
+            ok: r.is_ok(),
+            bytes: d.bytes,
+            p2p: d.p2p,
+            bounced: d.bounced,
+            zeroed: d.zeroed,
+            ns: u64::try_from(start.elapsed().as_nanos()).unwrap_or(0),
+        },
+    );
+    r
+}
+
+fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
     let known = uapi::P2PDIRECT_IO_REGISTERED | uapi::P2PDIRECT_IO_COMPAT;
     if req.flags & !known != 0 || req.size == 0 {
         return Err(EINVAL);
@@ -103,6 +118,7 @@ pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
         }
     })?;
     let lim = file.limits();
+    keys.block = Some(lim.devt);
     check_alignment(req, &lim)?;
     if req.write && lim.read_only != 0 {
         return Err(EROFS);
@@ -121,6 +137,11 @@ pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
         len = len.min(lim.size - req.file_offset);
     }
     let mem = resolve_memory(me, req, &lim)?;
+    let provider = mem.pages.provider();
+    keys.provider = Some(provider);
+    // A registration counts its pinned bytes itself.
+    let _pinned =
+        (req.flags & uapi::P2PDIRECT_IO_REGISTERED == 0).then(|| Pinned::new(provider, len));
     let dma = file.dma_pci().ok();
     let mut done = Done {
         dma_pci: dma.as_ref().map_or(0, |d| d.addr()),

@@ -240,6 +240,7 @@ struct p2pdirect_pin {
 	unsigned int offset;	/* of the range in its first page */
 	u64 len;
 	bool kernel_pages;	/* allocated here (bounce), not pinned */
+	u32 provider;		/* PCI address of the BAR owner, once looked up */
 	struct sg_table sgt;
 	struct device *dma_dev;	/* set while mapped */
 };
@@ -481,6 +482,39 @@ void p2pdirect_pin_copy(struct p2pdirect_pin *dst, u64 dst_off, struct p2pdirect
 	}
 }
 
+/* The PCI address of the device whose memory BAR holds @page, or 0. */
+static u32 page_owner(struct page *page)
+{
+	phys_addr_t phys = page_to_phys(page);
+	struct pci_dev *owner = NULL;
+	u32 addr = 0;
+
+	while ((owner = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, owner))) {
+		int bar;
+
+		for (bar = 0; bar < PCI_STD_NUM_BARS; bar++) {
+			struct resource *r = pci_resource_n(owner, bar);
+
+			if (resource_type(r) == IORESOURCE_MEM && phys >= r->start &&
+			    phys <= r->end)
+				addr = p2pdirect_pci_addr(owner);
+		}
+	}
+	return addr;
+}
+
+/* The PCI address of the provider of @pin's first page (0: not device memory). */
+u32 p2pdirect_pin_provider(struct p2pdirect_pin *pin)
+{
+	u32 p = READ_ONCE(pin->provider);
+
+	if (!p && !pin->kernel_pages && pin->npages) {
+		p = page_owner(pin->pages[0]);
+		WRITE_ONCE(pin->provider, p);
+	}
+	return p;
+}
+
 /*
  * Whether @pdev can DMA to every page of @pin: each P2PDMA provider the
  * range touches is test-mapped once for it. *provider gets the PCI address
@@ -505,21 +539,7 @@ bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u3
 		sg_init_table(&sg, 1);
 		sg_set_page(&sg, page, PAGE_SIZE, 0);
 		if (dma_map_sgtable(&pdev->dev, &sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC)) {
-			struct pci_dev *owner = NULL;
-
-			/* Name the provider: the device whose BAR holds the page. */
-			while ((owner = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, owner))) {
-				int bar;
-
-				for (bar = 0; bar < PCI_STD_NUM_BARS; bar++) {
-					struct resource *r = pci_resource_n(owner, bar);
-
-					if (resource_type(r) == IORESOURCE_MEM &&
-					    page_to_phys(page) >= r->start &&
-					    page_to_phys(page) <= r->end)
-						*provider = p2pdirect_pci_addr(owner);
-				}
-			}
+			*provider = page_owner(page);
 			return false;
 		}
 		dma_unmap_sgtable(&pdev->dev, &sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
@@ -612,6 +632,7 @@ void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
 	l->p2pdma = blk_queue_pci_p2pdma(q) ? 1 : 0;
 	l->read_only = bdev_read_only(bdev) ? 1 : 0;
 	l->size = bdev_nr_bytes(bdev);
+	l->devt = new_encode_dev(bdev->bd_dev);
 }
 
 /* The DMA device of the block device behind @f (an I/O target). */

@@ -21,7 +21,7 @@ struct p2pdirect_limits {
 	u32 max_segments;	/* per bio */
 	u32 p2pdma;		/* the queue accepts P2PDMA pages */
 	u32 read_only;
-	u32 pad;
+	u32 devt;		/* new_encode_dev() of the block device */
 	u64 size;		/* bytes */
 };
 
@@ -61,6 +61,7 @@ struct p2pdirect_pin *p2pdirect_pin_get(struct p2pdirect_pin *pin);
 struct p2pdirect_pin *p2pdirect_pin_bounce(u64 len);
 u64 p2pdirect_pin_len(struct p2pdirect_pin *pin);
 unsigned int p2pdirect_pin_offset(struct p2pdirect_pin *pin);
+u32 p2pdirect_pin_provider(struct p2pdirect_pin *pin);
 void p2pdirect_pin_copy(struct p2pdirect_pin *dst, u64 dst_off, struct p2pdirect_pin *src,
 			u64 src_off, u64 len);
 bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u32 *provider);

@@ -36,6 +36,8 @@ uapi_pod!(
     p2pdirect_register,
     p2pdirect_reg_id,
     p2pdirect_io,
+    p2pdirect_stat,
+    p2pdirect_stats,
 );
 
 // No implicit padding: each size is the sum of its fields.
@@ -52,4 +54,6 @@ const _: () = {
     assert!(size_of::<p2pdirect_register>() == 8 + 8 + 4 + 4 + 8);
     assert!(size_of::<p2pdirect_reg_id>() == 8 + 4 + 4);
     assert!(size_of::<p2pdirect_io>() == 4 + 4 + 8 * 8 + 4 + 4);
+    assert!(size_of::<p2pdirect_stat>() == 4 + 4 + 12 * 8);
+    assert!(size_of::<p2pdirect_stats>() == 8 + 4 * 4);
 };

@@ -29,7 +29,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 4
+#define P2PDIRECT_ABI_MINOR 5
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -340,6 +340,71 @@ struct p2pdirect_io {
 	__u32 pad;
 };
 
+/* struct p2pdirect_stat.kind */
+#define P2PDIRECT_STAT_PROVIDER 1	/* @id: PCI address of the memory's BAR owner */
+#define P2PDIRECT_STAT_BLOCK 2		/* @id: dev_t of the block device (major << 20 | minor) */
+
+/**
+ * struct p2pdirect_stat - one entry of P2PDIRECT_IOC_STATS (and of the
+ * debugfs file p2pdirect/stats), for a device-memory provider or a block device
+ * @kind: P2PDIRECT_STAT_*
+ * @id: see P2PDIRECT_STAT_*
+ * @reads: READs that moved data or failed
+ * @writes: WRITEs that moved data or failed
+ * @errors: of those, the ones that failed
+ * @bytes_read: bytes READ moved
+ * @bytes_written: bytes WRITE moved
+ * @p2p_bytes: of both, moved device to device
+ * @bounce_bytes: of both, moved through host memory (COMPAT)
+ * @zeroed_bytes: of @bytes_read, zeroed by the CPU (holes, unwritten extents)
+ * @pinned_bytes: providers: device memory pinned now (registrations and I/O
+ *	in flight); not reset
+ * @lat_min_ns: fastest I/O (0 before the first)
+ * @lat_avg_ns: mean over all I/Os
+ * @lat_max_ns: slowest I/O
+ */
+struct p2pdirect_stat {
+	__u32 kind;
+	__u32 id;
+	__u64 reads;
+	__u64 writes;
+	__u64 errors;
+	__u64 bytes_read;
+	__u64 bytes_written;
+	__u64 p2p_bytes;
+	__u64 bounce_bytes;
+	__u64 zeroed_bytes;
+	__u64 pinned_bytes;
+	__u64 lat_min_ns;
+	__u64 lat_avg_ns;
+	__u64 lat_max_ns;
+};
+
+/* struct p2pdirect_stats.flags */
+#define P2PDIRECT_STATS_RESET 1	/* zero the counters after reading them */
+
+/**
+ * struct p2pdirect_stats - P2PDIRECT_IOC_STATS (nvidia-fs's stats file role)
+ * @entries: in, user pointer to an array of struct p2pdirect_stat
+ * @capacity: in, entries the array holds (0: just count)
+ * @count: out, entries that exist (may exceed @capacity)
+ * @flags: in, P2PDIRECT_STATS_*
+ * @pad: zero
+ *
+ * An entry exists for every provider and block device that has seen I/O
+ * since the module loaded. Writing anything to debugfs p2pdirect/stats also
+ * resets the counters.
+ *
+ * Errors: -EINVAL unknown flags, pad.
+ */
+struct p2pdirect_stats {
+	__u64 entries;
+	__u32 capacity;
+	__u32 count;
+	__u32 flags;
+	__u32 pad;
+};
+
 #define P2PDIRECT_IOC_LIST_PROVIDERS \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 1, struct p2pdirect_list_providers)
 #define P2PDIRECT_IOC_ALLOC \
@@ -358,5 +423,7 @@ struct p2pdirect_io {
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 8, struct p2pdirect_io)
 #define P2PDIRECT_IOC_WRITE \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 9, struct p2pdirect_io)
+#define P2PDIRECT_IOC_STATS \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 10, struct p2pdirect_stats)
 
 #endif /* _UAPI_LINUX_P2PDIRECT_H */

@@ -1,43 +1,149 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Helpers shared by the C tests: finding the test VM's NVMe controllers. */
+/*
+ * Helpers shared by the C tests: finding the test VM's NVMe namespaces, and
+ * the "fill" pattern the host writes into the test disks (ci/fill.py).
+ */
 #ifndef P2PDIRECT_TEST_NVME_H
 #define P2PDIRECT_TEST_NVME_H
 
 #include <glob.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Reads the first line of a sysfs attribute into @buf. Returns 1 on success. */
+static inline int nvme_read_attr(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	int ok;
+
+	if (!f)
+		return 0;
+	ok = fgets(buf, (int)len, f) != NULL;
+	fclose(f);
+	if (ok)
+		buf[strcspn(buf, "\n")] = '\0';
+	return ok;
+}
+
 /*
- * Finds the NVMe controller whose serial starts with @serial: its namespace 1
- * device node into @ns and, if @pci_dir is not NULL, its PCI sysfs directory.
+ * The block device of the namespace with the lowest NSID of controller
+ * @ctrl_dir (a /sys/class/nvme/nvmeX directory) into @ns as /dev/NAME, or
+ * with NSID @nsid if it is not 0. Linux numbers namespaces in the order their
+ * async scan got to them, so nvmeXn1 is not always the lowest NSID.
  * Returns 1 if found.
+ */
+static inline int nvme_ctrl_ns(const char *ctrl_dir, unsigned long nsid, char *ns, size_t ns_len)
+{
+	unsigned long best = 0;
+	char path[PATH_MAX], buf[32];
+	glob_t g;
+
+	snprintf(path, sizeof(path), "%s/nvme*n*/nsid", ctrl_dir);
+	if (glob(path, 0, NULL, &g))
+		return 0;
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		unsigned long id;
+		char *name;
+
+		if (!nvme_read_attr(g.gl_pathv[i], buf, sizeof(buf)))
+			continue;
+		id = strtoul(buf, NULL, 0);
+		if (nsid ? id != nsid : best && id >= best)
+			continue;
+		best = id;
+		*strrchr(g.gl_pathv[i], '/') = '\0';
+		name = strrchr(g.gl_pathv[i], '/') + 1;
+		snprintf(ns, ns_len, "/dev/%s", name);
+	}
+	globfree(&g);
+	return best != 0;
+}
+
+/*
+ * Finds the NVMe controller whose serial starts with @serial: the device node
+ * of its first namespace (lowest NSID) into @ns and, if @pci_dir is not NULL,
+ * its PCI sysfs directory. Returns 1 if found.
  */
 static inline int find_nvme(const char *serial, char *ns, size_t ns_len, char *pci_dir)
 {
-	char path[128], buf[64];
+	char path[PATH_MAX], buf[64];
 	int found = 0;
 	glob_t g;
 
 	if (glob("/sys/class/nvme/nvme*", 0, NULL, &g))
 		return 0;
 	for (size_t i = 0; i < g.gl_pathc && !found; i++) {
-		FILE *f;
-
 		snprintf(path, sizeof(path), "%s/serial", g.gl_pathv[i]);
-		f = fopen(path, "r");
-		if (!f)
+		if (!nvme_read_attr(path, buf, sizeof(buf)) || strncmp(buf, serial, strlen(serial)))
 			continue;
-		if (fgets(buf, sizeof(buf), f) && !strncmp(buf, serial, strlen(serial))) {
-			snprintf(ns, ns_len, "/dev/%sn1", strrchr(g.gl_pathv[i], '/') + 1);
-			snprintf(path, sizeof(path), "%s/device", g.gl_pathv[i]);
-			found = !pci_dir || realpath(path, pci_dir) != NULL;
-		}
-		fclose(f);
+		if (!nvme_ctrl_ns(g.gl_pathv[i], 0, ns, ns_len))
+			continue;
+		snprintf(path, sizeof(path), "%s/device", g.gl_pathv[i]);
+		found = !pci_dir || realpath(path, pci_dir) != NULL;
 	}
 	globfree(&g);
 	return found;
+}
+
+/*
+ * Finds the namespace with NSID @nsid on any controller (the test VM's NSIDs
+ * are unique across controllers): its device node into @ns and, if @serial
+ * is not NULL, its controller's serial (at least 21 bytes). Returns 1 if found.
+ */
+static inline int find_nvme_nsid(unsigned long nsid, char *ns, size_t ns_len, char *serial)
+{
+	char path[PATH_MAX];
+	int found = 0;
+	glob_t g;
+
+	if (glob("/sys/class/nvme/nvme*", 0, NULL, &g))
+		return 0;
+	for (size_t i = 0; i < g.gl_pathc && !found; i++) {
+		if (!nvme_ctrl_ns(g.gl_pathv[i], nsid, ns, ns_len))
+			continue;
+		found = 1;
+		snprintf(path, sizeof(path), "%s/serial", g.gl_pathv[i]);
+		if (serial && !nvme_read_attr(path, serial, 21))
+			serial[0] = '\0';
+	}
+	globfree(&g);
+	return found;
+}
+
+/*
+ * The fill pattern: each aligned 8-byte word w of a disk or file holds
+ * fill_word(w, seed) in little-endian byte order. Must match ci/fill.py.
+ */
+static inline uint64_t fill_word(uint64_t w, uint64_t seed)
+{
+	uint64_t x = w * 0x9E3779B97F4A7C15ULL + seed;
+
+	x ^= x >> 29;
+	x *= 0xBF58476D1CE4E5B9ULL;
+	x ^= x >> 32;
+	return x;
+}
+
+/* The fill byte at byte offset @o for seed @seed. */
+static inline uint8_t fill_byte(uint64_t o, uint64_t seed)
+{
+	return (uint8_t)(fill_word(o >> 3, seed) >> (8 * (o & 7)));
+}
+
+/* Writes fill bytes @pos .. @pos + @len - 1 for seed @seed to @p. */
+static inline void fill_buf(void *p, size_t len, uint64_t pos, uint64_t seed)
+{
+	uint8_t *b = p;
+	uint64_t x = fill_word(pos >> 3, seed);
+
+	for (size_t i = 0; i < len; i++, pos++) {
+		if (i && !(pos & 7))
+			x = fill_word(pos >> 3, seed);
+		b[i] = (uint8_t)(x >> (8 * (pos & 7)));
+	}
 }
 
 #endif /* P2PDIRECT_TEST_NVME_H */

@@ -13,6 +13,8 @@
 # images are $RUN/nsN.img, made by make-disks.sh):
 #   p2pnvme-sw: nsid 1 raw 256 MiB, nsid 2 ext4 128 MiB, nsid 3 xfs 320 MiB
 #   p2pnvme-rp: nsid 4 raw 256 MiB
+# QEMU logs each NVMe command with its data pointers to $RUN/nvme-trace.log
+# (events: nvme-trace.events), for hostcheck.py's DMACHECK.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -138,6 +140,7 @@ qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
 	-device nvme,id=nvmrp,serial=p2pnvme-rp,bus=rp1
 	-drive "file=$run/ns4.img,if=none,id=ns4,format=raw"
 	-device nvme-ns,drive=ns4,bus=nvmrp,nsid=4,logical_block_size=512)
+[ "$mode" = probe ] || qemu+=(-trace "events=$here/nvme-trace.events" -D "$run/nvme-trace.log")
 printf '%q ' "${qemu[@]}" >"$run/qemu.cmd"
 
 log "booting VM ($mode, $accel); run dir $run"

@@ -9,6 +9,12 @@
 #                                  - dn1 (dev 1): ivshmem-plain 64 MiB (GPU 0, $shm-gpu0)
 #                                  - dn2 (dev 2): ivshmem-plain 64 MiB (GPU 1, $shm-gpu1)
 #          - rp1 - NVMe "p2pnvme-rp" (own root port: not P2P-reachable)
+# NVMe namespaces (NSIDs unique across both controllers, 512-byte LBAs; the
+# images are $RUN/nsN.img, made by make-disks.sh):
+#   p2pnvme-sw: nsid 1 raw 256 MiB, nsid 2 ext4 128 MiB, nsid 3 xfs 320 MiB
+#   p2pnvme-rp: nsid 4 raw 256 MiB
+# QEMU logs each NVMe command with its data pointers to $RUN/nvme-trace.log
+# (events: nvme-trace.events), for hostcheck.py's DMACHECK.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -58,7 +64,11 @@ cp /bin/busybox "$root/bin/busybox"
 cp "$here/guest/init" "$root/init"
 cp "$here/guest/guest-lib.sh" "$root/tests/"
 cp "$repo/p2pdirect.ko" "$root/"
-cp "$repo"/userspace-test/c/{p2pdirect_test,devmem_test,peermem_test} "$root/tests/"
+# Every C test program the Makefile builds.
+for t in $(make -s --no-print-directory -C "$repo/userspace-test/c" KSRC="$ksrc" \
+	--eval 'print-tests: ; @echo $(TESTS)' print-tests); do
+	cp "$repo/userspace-test/c/$t" "$root/tests/"
+done
 cp "$repo/userspace-test/rust/target/release/p2pd" "$root/tests/"
 for t in $rust_tests; do
 	cp "$t" "$root/tests/rust-$(basename "$t" | sed 's/-[0-9a-f]*$//')"
@@ -77,7 +87,8 @@ chmod +x "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet) >"$run/initramfs.cpio"
 
 # --- disks and device memory -------------------------------------------------
-truncate -s 256M "$run/nvme-sw.img" "$run/nvme-rp.img"
+disks=$("$here/make-disks.sh")
+for ns in 1 2 3 4; do cp --sparse=always "$disks/ns$ns.img" "$run/ns$ns.img"; done
 for g in 0 1; do truncate -s 64M "$shm_prefix-gpu$g"; done
 
 # --- accelerator ---------------------------------------------------------------
@@ -114,15 +125,22 @@ qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
 	-device xio3130-downstream,id=dn0,bus=up0,chassis=2,slot=0,addr=0x0
 	-device xio3130-downstream,id=dn1,bus=up0,chassis=3,slot=1,addr=0x1
 	-device xio3130-downstream,id=dn2,bus=up0,chassis=4,slot=2,addr=0x2
-	-drive "file=$run/nvme-sw.img,if=none,id=nvmsw,format=raw"
-	-device nvme,serial=p2pnvme-sw,drive=nvmsw,bus=dn0,cmb_size_mb=16
+	-device nvme,id=nvmsw,serial=p2pnvme-sw,bus=dn0,cmb_size_mb=16
+	-drive "file=$run/ns1.img,if=none,id=ns1,format=raw"
+	-device nvme-ns,drive=ns1,bus=nvmsw,nsid=1,logical_block_size=512
+	-drive "file=$run/ns2.img,if=none,id=ns2,format=raw"
+	-device nvme-ns,drive=ns2,bus=nvmsw,nsid=2,logical_block_size=512
+	-drive "file=$run/ns3.img,if=none,id=ns3,format=raw"
+	-device nvme-ns,drive=ns3,bus=nvmsw,nsid=3,logical_block_size=512
 	-object "memory-backend-file,id=gpumem0,size=64M,share=on,mem-path=$shm_prefix-gpu0"
 	-device ivshmem-plain,memdev=gpumem0,bus=dn1
 	-object "memory-backend-file,id=gpumem1,size=64M,share=on,mem-path=$shm_prefix-gpu1"
 	-device ivshmem-plain,memdev=gpumem1,bus=dn2
 	-device pcie-root-port,id=rp1,bus=pcie.0,chassis=5
-	-drive "file=$run/nvme-rp.img,if=none,id=nvmrp,format=raw"
-	-device nvme,serial=p2pnvme-rp,drive=nvmrp,bus=rp1)
+	-device nvme,id=nvmrp,serial=p2pnvme-rp,bus=rp1
+	-drive "file=$run/ns4.img,if=none,id=ns4,format=raw"
+	-device nvme-ns,drive=ns4,bus=nvmrp,nsid=4,logical_block_size=512)
+[ "$mode" = probe ] || qemu+=(-trace "events=$here/nvme-trace.events" -D "$run/nvme-trace.log")
 printf '%q ' "${qemu[@]}" >"$run/qemu.cmd"
 
 log "booting VM ($mode, $accel); run dir $run"

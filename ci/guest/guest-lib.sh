@@ -25,6 +25,19 @@ upstream_port() {
 	[ $# -ge 4 ] && eval echo "\${$(($# - 2))}"
 }
 nvme_serial() { cat "$1"/nvme/nvme*/serial 2>/dev/null | tr -d ' '; }
+# Every NVMe namespace as "NSID NODE SERIAL", by NSID (unique in the test VM;
+# the nvmeXnY names follow the order of an async scan, not the NSID).
+namespaces() {
+	for b in /sys/block/nvme*n*; do
+		[ -f "$b/nsid" ] || continue
+		echo "$(cat "$b/nsid") ${b##*/} $(tr -d ' ' <"$b/device/serial")"
+	done | sort -n
+}
+ns_dev() { # ns_dev NSID: /dev/NODE of that namespace
+	namespaces | while read -r id node serial; do
+		[ "$id" = "$1" ] && echo "/dev/$node"
+	done | grep .
+}
 
 describe_pci() {
 	for d in $(gpus) $(nvmes); do
@@ -36,6 +49,20 @@ describe_pci() {
 		echo "      path: $(pci_path "$d")"
 		[ "$kind" = gpu ] && echo "      BAR2: $bar"
 	done
+	namespaces | while read -r id node serial; do
+		echo "  nsid $id: /dev/$node on $serial, $(($(cat "/sys/block/$node/size") / 2048)) MiB"
+	done
+}
+# Lines for hostcheck.py: each GPU's BAR2 window (no IOMMU in the guest: bus
+# address = CPU physical address) and each namespace's device node.
+host_records() {
+	for g in $(gpus); do
+		sed -n 3p "$g/resource" | {
+			read -r s e _
+			printf '# GPUBAR %s 0x%x 0x%x\n' "${g##*/}" $((s)) $((e - s + 1))
+		}
+	done
+	namespaces | while read -r id node serial; do echo "# NSDEV $id /dev/$node $serial"; done
 }
 
 # --- TAP for the guest suite -------------------------------------------------
@@ -68,6 +95,21 @@ switch_topology() {
 	done
 	[ "$(upstream_port "$rp")" != "$up" ] || { echo "nvme rp is below the switch"; return 1; }
 	echo "switch upstream port: $up"
+}
+# NSIDs 1-3 on the controller behind the switch, 4 on the one on the root port.
+namespace_layout() {
+	namespaces
+	[ "$(namespaces | awk '{ printf "%s:%s ", $1, $3 }')" = \
+		"1:p2pnvme-sw 2:p2pnvme-sw 3:p2pnvme-sw 4:p2pnvme-rp " ]
+}
+# mount_ns NSID FSTYPE DIR: mounts the namespace, opens it to everyone (tests
+# run as nobody too) and finds /data.bin of 8 MiB, by stat only: reading it
+# here would leave its blocks in the page cache.
+mount_ns() {
+	dev=$(ns_dev "$1") || { echo "no namespace with nsid $1"; return 1; }
+	mkdir -p "$3" && mount -t "$2" "$dev" "$3" && chmod 1777 "$3" || return 1
+	stat -c '%n: %s bytes, mode %a' "$3/data.bin" &&
+		[ "$(stat -c %s "$3/data.bin")" = 8388608 ]
 }
 devnode_root_only() {
 	ls -l /dev/p2pdirect
@@ -141,6 +183,7 @@ run_checks() {
 	describe_pci | sed 's/^/# /' >"$out"
 	# Which downstream port each GPU hangs off: the host maps that to a backing file.
 	for g in $(gpus); do say "# GPUMAP ${g##*/} $(basename "$(dirname "$(readlink -f "$g")")")"; done
+	host_records >"$out"
 	check "kernel is 7.2.x ($(uname -r))" kernel_72
 	for opt in RUST PCI_P2PDMA KASAN PROVE_LOCKING DEBUG_KMEMLEAK DEBUG_ATOMIC_SLEEP; do
 		check "kernel has CONFIG_$opt" config_has $opt
@@ -148,6 +191,9 @@ run_checks() {
 	check "two emulated GPUs (ivshmem-plain 1af4:1110)" count_is 2 "$(gpus)"
 	check "two NVMe controllers" count_is 2 "$(nvmes)"
 	check "PCIe switch: GPUs and nvme sw behind it, nvme rp outside" switch_topology
+	check "NVMe namespaces: nsid 1-3 on p2pnvme-sw, 4 on p2pnvme-rp" namespace_layout
+	check "mount nsid 2 (ext4) at /mnt/ext4, data.bin 8 MiB" mount_ns 2 ext4 /mnt/ext4
+	check "mount nsid 3 (xfs) at /mnt/xfs, data.bin 8 MiB" mount_ns 3 xfs /mnt/xfs
 	echo clear >/sys/kernel/debug/kmemleak
 	# A small pin cap, so that the tests can reach it (peermem_test).
 	check "insmod p2pdirect.ko max_pinned_mib=96" insmod /p2pdirect.ko max_pinned_mib=96
@@ -159,6 +205,7 @@ run_checks() {
 	run_suite c-abi /tests/p2pdirect_test
 	run_suite c-devmem /tests/devmem_test
 	run_suite c-peermem /tests/peermem_test
+	run_suite c-storage /tests/storage_test
 	for t in /tests/rust-*; do
 		run_suite "${t##*/}" rust_suite "$t"
 	done
@@ -172,6 +219,8 @@ run_checks() {
 	say "# suite: guest-teardown"
 	n=0
 	fails=0
+	check "umount /mnt/ext4" umount /mnt/ext4
+	check "umount /mnt/xfs" umount /mnt/xfs
 	check "rmmod p2pdirect" rmmod p2pdirect
 	check "module and /dev/p2pdirect gone" module_gone
 	check "kmemleak reports nothing" kmemleak_clean

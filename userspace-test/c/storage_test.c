@@ -15,8 +15,8 @@
  *   # DMACHECK ns=NSID off=N len=N where=(gpu:BDF | ram)
  * (ci/hostcheck.py and ci/dmacheck.py). Regions of the namespaces are split
  * so that one GPU's P2P I/O never shares blocks with another GPU's or with
- * the bounce path: NSID 1 reads [0, 16M) gpu0, [16M, 32M) gpu1; writes from
- * 64M.
+ * the bounce path: NSID 1 reads [0, 16M) gpu0, [24M, 32M) gpu1 (devmem_test
+ * writes at 16M and 20M); writes from 64M.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -295,7 +295,7 @@ FIXTURE_TEARDOWN(st)
 TEST_F(st, raw_read_both_gpus)
 {
 	for (int g = 0; g < 2; g++) {
-		__u64 foff = g * 16 * MiB + 3 * MiB, len = 4 * MiB;
+		__u64 foff = g * 24 * MiB + 3 * MiB, len = 4 * MiB;
 		struct p2pdirect_io out;
 		struct dbuf b;
 		int fd;
@@ -701,7 +701,7 @@ static void *worker_main(void *arg)
 
 	for (int r = 0; r < ROUNDS; r++) {
 		int id = w->proc * THREADS + w->thread;
-		__u64 rpos = w->base + ((id * ROUNDS + r) % 48) * SLICE;
+		__u64 rpos = w->base + ((id * ROUNDS + r) % 32) * SLICE;
 		__u64 wpos = 96 * MiB + (id * ROUNDS + r) * SLICE;
 		__u64 seed = 0x500 + id;
 
@@ -747,7 +747,7 @@ static int run_process(const char *ns, const struct gpu *g, int gi, int proc)
 		return 102;
 	for (int i = 0; i < THREADS; i++) {
 		w[i] = (struct worker){ .dev = dev, .fd = fd, .proc = proc, .thread = i,
-					.base = gi * 16 * MiB,
+					.base = gi * 24 * MiB,
 					.buf = b.map + 2 * i * SLICE,
 					.shared = b.map + 2 * THREADS * SLICE };
 		if (pthread_create(&t[i], NULL, worker_main, &w[i]))
@@ -757,7 +757,7 @@ static int run_process(const char *ns, const struct gpu *g, int gi, int proc)
 		pthread_join(t[i], NULL);
 		failures += w[i].failures;
 	}
-	failures += fill_diff(b.map + 2 * THREADS * SLICE, SLICE, gi * 16 * MiB, 1) != 0;
+	failures += fill_diff(b.map + 2 * THREADS * SLICE, SLICE, gi * 24 * MiB, 1) != 0;
 	/* Leave the memory in a state the host knows. */
 	memset(b.map, 0, b.a.size);
 	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,

@@ -19,7 +19,7 @@ Records (numbers decimal, or hex with 0x):
       and the guard bytes on each side what the replay expects there.
   # NVMECHECK ns=NSID off=N len=N fill=S pos=P   (or zero instead of fill/pos)
       nsNSID.img bytes [off, off+len) hold fill(P + j, S) after the run.
-  # DMACHECK ns=NSID off=N len=N where=gpu:BDF   (or where=ram)
+  # DMACHECK ns=NSID off=N len=N where=gpu:BDF [op=read|write]  (or where=ram)
       every traced NVMe read/write of namespace NSID overlapping bytes
       [off, off+len) had all its data pointers in that GPU's BAR2 (where=ram:
       outside every GPU BAR and the CMB), and those commands that succeeded
@@ -151,13 +151,16 @@ class Record:
         self.guard = 0
 
     def parse_dmacheck(self):
-        self.need(('ns', 'off', 'len', 'where'), ('ns', 'off', 'len', 'where'))
+        self.need(('ns', 'off', 'len', 'where', 'op'), ('ns', 'off', 'len', 'where'))
         if self.words:
             raise ValueError(f'unknown word(s) {" ".join(self.words)}')
         self.ns, self.off, self.len = (num(self.kv[k]) for k in ('ns', 'off', 'len'))
         self.where = self.kv['where']
         if self.where != 'ram' and not re.fullmatch(r'gpu:\S+', self.where):
             raise ValueError(f'where={self.where}: not gpu:BDF or ram')
+        self.op = self.kv.get('op')
+        if self.op not in (None, 'read', 'write'):
+            raise ValueError(f'op={self.op}: not read or write')
 
     def src_text(self):
         s = self.src
@@ -404,14 +407,16 @@ def check_dma(suite, recs, run_dir, gpubar):
         if rec.error:
             suite.result(False, rec.error)
             continue
-        what = f'ns{rec.ns} [{rec.off:#x}, +{rec.len:#x}) -> {rec.where}'
+        what = (f'ns{rec.ns} [{rec.off:#x}, +{rec.len:#x}) -> {rec.where}'
+                + (f' ({rec.op}s only)' if rec.op else ''))
         if problems:
             suite.result(False, f'{what}: the trace cannot be trusted',
                          problems[:5] + ([f'... and {len(problems) - 5} more'] if len(problems) > 5 else []))
             continue
         lo, hi = rec.off, rec.off + rec.len
         hits = [c for c in cmds if c.rw and c.nsid == rec.ns and
-                c.byte_range[0] < hi and c.byte_range[1] > lo]
+                c.byte_range[0] < hi and c.byte_range[1] > lo and
+                (rec.op is None or c.rw == rec.op)]
         data = [c for c in hits if c.rw != 'write-zeroes']
         if rec.where == 'ram':
             windows = list(gpubar.values())

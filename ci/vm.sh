@@ -112,7 +112,11 @@ if [ "$accel" = auto ]; then
 fi
 case "$accel" in
 kvm) cpu=(-accel kvm -cpu host) ;;
-*) cpu=(-accel tcg -cpu max) ;;
+# One TCG thread for both vCPUs: with a thread per vCPU, a vCPU can run a
+# stale translation of kernel text another vCPU just patched (static keys,
+# int3-based text_poke), which oopses at random ("Oops: int3" in
+# sched_clock_cpu at boot was seen).
+*) cpu=(-accel tcg,thread=single -cpu max) ;;
 esac
 
 qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G

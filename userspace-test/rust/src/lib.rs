@@ -462,6 +462,51 @@ impl Device {
         })
     }
 
+    /// `P2PDIRECT_IOC_STATS`: every row of the statistics; with `reset`,
+    /// zeroes the counters after reading them.
+    pub fn stats(&self, reset: bool) -> io::Result<Vec<Stat>> {
+        let mut rows = vec![sys::p2pdirect_stat::default(); 64];
+        let mut req = sys::p2pdirect_stats {
+            entries: rows.as_mut_ptr() as u64,
+            capacity: rows.len() as u32,
+            flags: if reset { sys::P2PDIRECT_STATS_RESET } else { 0 },
+            ..Default::default()
+        };
+        // SAFETY: STATS reads one `p2pdirect_stats` and writes at most
+        // `capacity` entries into `rows`, which holds that many.
+        unsafe {
+            self.ioctl_raw(
+                sys::P2PDIRECT_IOC_STATS.into(),
+                std::ptr::from_mut(&mut req).cast(),
+            )
+        }?;
+        rows.truncate((req.count as usize).min(rows.len()));
+        Ok(rows
+            .iter()
+            .map(|r| Stat {
+                device: match r.kind {
+                    sys::P2PDIRECT_STAT_PROVIDER => StatDevice::Provider(PciAddr(r.id)),
+                    _ => StatDevice::Block {
+                        major: r.id >> 20,
+                        minor: r.id & 0xfffff,
+                    },
+                },
+                reads: r.reads,
+                writes: r.writes,
+                errors: r.errors,
+                bytes_read: r.bytes_read,
+                bytes_written: r.bytes_written,
+                p2p_bytes: r.p2p_bytes,
+                bounce_bytes: r.bounce_bytes,
+                zeroed_bytes: r.zeroed_bytes,
+                pinned_bytes: r.pinned_bytes,
+                lat_min_ns: r.lat_min_ns,
+                lat_avg_ns: r.lat_avg_ns,
+                lat_max_ns: r.lat_max_ns,
+            })
+            .collect())
+    }
+
     /// The raw file descriptor, for tests that call mmap themselves.
     pub fn as_raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
@@ -503,6 +548,42 @@ pub struct IoDone {
     pub zeroed_bytes: u64,
     /// The PCI function that did the DMA.
     pub dma_device: PciAddr,
+}
+
+/// What a statistics row counts for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatDevice {
+    /// A device-memory provider, by its BAR owner's PCI address.
+    Provider(PciAddr),
+    /// A block device.
+    Block { major: u32, minor: u32 },
+}
+
+impl fmt::Display for StatDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StatDevice::Provider(a) => write!(f, "{a}"),
+            StatDevice::Block { major, minor } => write!(f, "{major}:{minor}"),
+        }
+    }
+}
+
+/// One row of the statistics (see `struct p2pdirect_stat`).
+#[derive(Clone, Copy, Debug)]
+pub struct Stat {
+    pub device: StatDevice,
+    pub reads: u64,
+    pub writes: u64,
+    pub errors: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub p2p_bytes: u64,
+    pub bounce_bytes: u64,
+    pub zeroed_bytes: u64,
+    pub pinned_bytes: u64,
+    pub lat_min_ns: u64,
+    pub lat_avg_ns: u64,
+    pub lat_max_ns: u64,
 }
 
 /// The fill pattern of the test disks (ci/fill.py, nvme_util.h): the

@@ -1,20 +1,42 @@
 // SPDX-License-Identifier: GPL-2.0
 //! p2pd: command-line tool for p2pdirect.
 //!
-//! `p2pd version`: module and ABI version. `p2pd info`: that, plus every
-//! device-memory provider and its P2P reachability to each NVMe controller.
+//! - `p2pd version`: module and ABI version.
+//! - `p2pd info`: version, device-memory providers, NVMe namespaces and the
+//!   P2P reachability matrix between them (gdscheck's role).
+//! - `p2pd stats [--reset]`: the module's I/O statistics.
+//! - `p2pd verify`: moves a data set NVMe -> device memory -> NVMe with
+//!   p2pdirect and checks every byte.
+//! - `p2pd bench`: gdsio's role: p2pdirect against the upstream P2PDMA
+//!   sysfs path, a bounce through RAM and buffered reads (see bench.rs).
+//!
+//! Every command takes `--json` for machine-readable output.
 
-use p2pdirect::{sys, Device, Version};
-use std::process::ExitCode;
+#[path = "../bench.rs"]
+mod bench;
+#[path = "../cli.rs"]
+mod cli;
+
+use cli::{Args, Json, Namespace};
+use p2pdirect::{fill, sys, Device, Io, Memory, Version};
+use std::{os::fd::AsRawFd, process::ExitCode, time::Instant};
+
+const USAGE: &str = "usage: p2pd <command> [options]
+  version                      module and ABI version
+  info [--json]                providers, NVMe namespaces, reachability matrix
+  stats [--json] [--reset]     I/O statistics per provider and block device
+  verify [--dev NS] [--gpu I] [--offset B] [--size B] [--records] [--json]
+                               NVMe -> device memory -> NVMe, every byte checked
+  bench [--dev NS] [--gpu I] [--seconds S] [--threads N] [--out FILE] [--json]
+                               p2pdirect vs upstream sysfs P2PDMA vs bounce vs buffered";
 
 fn usage() -> ExitCode {
-    eprintln!("usage: p2pd version | p2pd info");
+    eprintln!("{USAGE}");
     ExitCode::from(2)
 }
 
 fn version(dev: &Device) -> Result<Version, String> {
     let v = dev.version().map_err(|e| format!("GET_VERSION: {e}"))?;
-    println!("{v}");
     if !v.is_compatible() {
         return Err(format!(
             "built for ABI {}.{}, module speaks {}.{}",
@@ -27,26 +49,60 @@ fn version(dev: &Device) -> Result<Version, String> {
     Ok(v)
 }
 
-fn info(dev: &Device) -> Result<(), String> {
-    version(dev)?;
+fn info(dev: &Device, args: &Args) -> Result<(), String> {
+    let v = version(dev)?;
     let providers = dev
         .providers()
         .map_err(|e| format!("LIST_PROVIDERS: {e}"))?;
+    let namespaces = Namespace::all();
+    // Distance from each provider to each namespace's controller.
+    let distance = |p: &p2pdirect::Provider, ns: &Namespace| {
+        p.clients
+            .iter()
+            .find(|c| Some(c.pci_addr) == ns.pci)
+            .and_then(|c| c.distance)
+    };
+    if args.json {
+        let mut j = Json::obj();
+        j.str("module_version", &v.module);
+        j.str("abi", &format!("{}.{}", v.abi_major, v.abi_minor));
+        let mut ps = Vec::new();
+        for p in &providers {
+            let mut o = Json::obj();
+            o.num("index", p.index as f64);
+            o.str("kind", cli::provider_kind(p.kind));
+            o.str("pci", &p.pci_addr.to_string());
+            o.num("bar", p.bar as f64);
+            o.num("bar_size", p.bar_size as f64);
+            o.num("bus_addr", p.bus_addr as f64);
+            o.num("bytes_free", p.bytes_free as f64);
+            let mut reach = Json::obj();
+            for ns in &namespaces {
+                match distance(p, ns) {
+                    Some(d) => reach.num(&ns.name, d as f64),
+                    None => reach.raw(&ns.name, "null"),
+                }
+            }
+            o.raw("distance", &reach.end());
+            ps.push(o.end());
+        }
+        j.raw("providers", &Json::array(&ps));
+        let nss: Vec<String> = namespaces.iter().map(Namespace::json).collect();
+        j.raw("namespaces", &Json::array(&nss));
+        println!("{}", j.end());
+        return Ok(());
+    }
+    println!("{v}");
     println!("device-memory providers: {}", providers.len());
     println!(
         "  {:>3}  {:<9}  {:<12}  {:>4}  {:>8}  {:>12}  {:>8}  {:>8}",
         "idx", "kind", "pci", "bar", "size MiB", "bus addr", "free MiB", "used MiB"
     );
     for p in &providers {
-        let kind = match p.kind {
-            sys::P2PDIRECT_PROVIDER_BAR => "bar",
-            sys::P2PDIRECT_PROVIDER_PUBLISHED => "published",
-            _ => "?",
-        };
         println!(
             "  {:>3}  {:<9}  {:<12}  {:>4}  {:>8}  {:>#12x}  {:>8}  {:>8}",
             p.index,
-            kind,
+            cli::provider_kind(p.kind),
             p.pci_addr.to_string(),
             p.bar,
             p.bar_size >> 20,
@@ -55,26 +111,290 @@ fn info(dev: &Device) -> Result<(), String> {
             p.bytes_used >> 20
         );
     }
-    println!("P2P reachability (kernel P2PDMA distance; '-' = cannot reach):");
+    println!("NVMe namespaces: {}", namespaces.len());
+    println!(
+        "  {:<10}  {:>4}  {:<12}  {:<16}  {:>9}  {:>5}",
+        "device", "nsid", "controller", "serial", "size MiB", "lbs"
+    );
+    for ns in &namespaces {
+        println!(
+            "  {:<10}  {:>4}  {:<12}  {:<16}  {:>9}  {:>5}",
+            ns.name,
+            ns.nsid,
+            ns.pci.map_or("-".into(), |a| a.to_string()),
+            ns.serial,
+            ns.size >> 20,
+            ns.lbs
+        );
+    }
+    println!("P2P reachability (kernel P2PDMA distance; '-' = not reachable, I/O needs COMPAT):");
+    print!("  {:<14}", "provider");
+    for ns in &namespaces {
+        print!(" {:>10}", ns.name);
+    }
+    println!();
     for p in &providers {
-        for c in &p.clients {
-            let d = c.distance.map_or("-".to_string(), |d| d.to_string());
-            println!("  provider {} -> nvme {}: {}", p.index, c.pci_addr, d);
+        print!("  {:<3} {:<10}", p.index, p.pci_addr.to_string());
+        for ns in &namespaces {
+            let d = distance(p, ns).map_or("-".to_string(), |d| d.to_string());
+            print!(" {:>10}", d);
         }
+        println!();
     }
     Ok(())
 }
 
+fn stats(dev: &Device, args: &Args) -> Result<(), String> {
+    let rows = dev.stats(args.reset).map_err(|e| format!("STATS: {e}"))?;
+    if args.json {
+        let items: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let mut o = Json::obj();
+                o.str(
+                    "kind",
+                    match r.device {
+                        p2pdirect::StatDevice::Provider(_) => "provider",
+                        _ => "block",
+                    },
+                );
+                o.str("device", &r.device.to_string());
+                for (k, v) in [
+                    ("reads", r.reads),
+                    ("writes", r.writes),
+                    ("errors", r.errors),
+                    ("bytes_read", r.bytes_read),
+                    ("bytes_written", r.bytes_written),
+                    ("p2p_bytes", r.p2p_bytes),
+                    ("bounce_bytes", r.bounce_bytes),
+                    ("zeroed_bytes", r.zeroed_bytes),
+                    ("pinned_bytes", r.pinned_bytes),
+                    ("lat_min_ns", r.lat_min_ns),
+                    ("lat_avg_ns", r.lat_avg_ns),
+                    ("lat_max_ns", r.lat_max_ns),
+                ] {
+                    o.num(k, v as f64);
+                }
+                o.end()
+            })
+            .collect();
+        println!("{}", Json::array(&items));
+        return Ok(());
+    }
+    println!(
+        "{:<8} {:<12} {:>7} {:>7} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
+        "kind",
+        "device",
+        "reads",
+        "writes",
+        "errors",
+        "read MiB",
+        "write MiB",
+        "p2p MiB",
+        "bounce MiB",
+        "zero MiB",
+        "pinned MiB",
+        "min us",
+        "avg us",
+        "max us"
+    );
+    let mib = |b: u64| format!("{:.1}", b as f64 / 1048576.0);
+    for r in &rows {
+        let kind = match r.device {
+            p2pdirect::StatDevice::Provider(_) => "provider",
+            _ => "block",
+        };
+        let dev = match r.device {
+            p2pdirect::StatDevice::Block { major, minor } => {
+                Namespace::name_of(major, minor).unwrap_or_else(|| r.device.to_string())
+            }
+            _ => r.device.to_string(),
+        };
+        println!(
+            "{:<8} {:<12} {:>7} {:>7} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
+            kind,
+            dev,
+            r.reads,
+            r.writes,
+            r.errors,
+            mib(r.bytes_read),
+            mib(r.bytes_written),
+            mib(r.p2p_bytes),
+            mib(r.bounce_bytes),
+            mib(r.zeroed_bytes),
+            mib(r.pinned_bytes),
+            r.lat_min_ns / 1000,
+            r.lat_avg_ns / 1000,
+            r.lat_max_ns / 1000
+        );
+    }
+    if args.reset {
+        println!("(counters reset)");
+    }
+    Ok(())
+}
+
+/// NVMe -> device memory -> NVMe: a data set written to the namespace from
+/// host memory, READ into device memory, checked, WRITTEN back from device
+/// memory to a second region, READ again and checked.
+fn verify(dev: &Device, args: &Args) -> Result<(), String> {
+    let ns = args.namespace()?;
+    let gpu = args.gpu(dev)?;
+    let size = args.size.unwrap_or(16 << 20);
+    let src = args.offset.unwrap_or(40 << 20);
+    let dst = src + size.next_multiple_of(1 << 20);
+    let seed = 0x600;
+    let file = ns.open(true, true)?;
+    // 1. The data set, from host memory.
+    let mut data = cli::AlignedBuf::new(size as usize)?;
+    fill(data.as_mut(), src, seed);
+    cli::pwrite_all(&file, data.as_ref(), src)?;
+    // 2. NVMe -> device memory with p2pdirect.
+    let a = dev
+        .alloc(gpu.index, size * 2, 0)
+        .map_err(|e| format!("ALLOC {} bytes on provider {}: {e}", size * 2, gpu.index))?;
+    let m = dev.map(&a).map_err(|e| format!("mmap: {e}"))?;
+    let io = Io {
+        fd: file.as_raw_fd(),
+        memory: Memory::Pointer(m.as_ptr()),
+        size,
+        file_offset: src,
+        buf_offset: 0,
+        compat: false,
+    };
+    let t = Instant::now();
+    let r = dev.read(&io).map_err(|e| format!("READ: {e}"))?;
+    let read_s = t.elapsed().as_secs_f64();
+    let mut got = vec![0u8; size as usize];
+    m.read(0, &mut got).map_err(|e| e.to_string())?;
+    let bad_read = cli::count_diff(&got, data.as_ref());
+    // 3. Device memory -> NVMe, and back into the second half.
+    let t = Instant::now();
+    let w = dev
+        .write(&Io {
+            file_offset: dst,
+            ..io
+        })
+        .map_err(|e| format!("WRITE: {e}"))?;
+    let write_s = t.elapsed().as_secs_f64();
+    let r2 = dev
+        .read(&Io {
+            file_offset: dst,
+            buf_offset: size,
+            ..io
+        })
+        .map_err(|e| format!("READ back: {e}"))?;
+    m.read(size as usize, &mut got).map_err(|e| e.to_string())?;
+    let mut want = vec![0u8; size as usize];
+    fill(&mut want, src, seed);
+    let bad_back = cli::count_diff(&got, &want);
+    let ok = bad_read == 0
+        && bad_back == 0
+        && r.bytes == size
+        && w.bytes == size
+        && r2.bytes == size
+        && r.p2p_bytes == size
+        && w.p2p_bytes == size;
+    if args.records {
+        // For the host: what device memory and the namespace must hold, and
+        // that the P2P commands' pointers lay in this GPU's BAR.
+        let bdf = gpu.pci_addr;
+        let off = a.provider_offset;
+        println!(
+            "# HOSTCHECK gpu={bdf} off={off} len={size} ns={} nsoff={src} guard=0",
+            ns.nsid
+        );
+        println!(
+            "# HOSTCHECK gpu={bdf} off={} len={size} ns={} nsoff={dst} guard=0",
+            off + size,
+            ns.nsid
+        );
+        println!(
+            "# NVMECHECK ns={} off={dst} len={size} fill={seed} pos={src}",
+            ns.nsid
+        );
+        println!(
+            "# DMACHECK ns={} off={src} len={size} where=gpu:{bdf} op=read",
+            ns.nsid
+        );
+        println!(
+            "# DMACHECK ns={} off={dst} len={size} where=gpu:{bdf}",
+            ns.nsid
+        );
+    }
+    let mibs = |s: f64| size as f64 / 1048576.0 / s;
+    if args.json {
+        let mut j = Json::obj();
+        j.raw("ok", if ok { "true" } else { "false" });
+        j.str("namespace", &ns.name);
+        j.str("gpu", &gpu.pci_addr.to_string());
+        j.num("bytes", size as f64);
+        j.num("read_mib_s", mibs(read_s));
+        j.num("write_mib_s", mibs(write_s));
+        j.num(
+            "p2p_bytes",
+            (r.p2p_bytes + w.p2p_bytes + r2.p2p_bytes) as f64,
+        );
+        j.num("bad_bytes", (bad_read + bad_back) as f64);
+        println!("{}", j.end());
+    } else {
+        println!(
+            "verify: {} MiB, {} [{:#x}] -> GPU {} -> {} [{:#x}] -> GPU",
+            size >> 20,
+            ns.name,
+            src,
+            gpu.pci_addr,
+            ns.name,
+            dst
+        );
+        println!(
+            "  READ  {:>8.1} MiB/s  p2p {:>5} MiB  {} bytes differ",
+            mibs(read_s),
+            r.p2p_bytes >> 20,
+            bad_read
+        );
+        println!(
+            "  WRITE {:>8.1} MiB/s  p2p {:>5} MiB  (read back: {} bytes differ)",
+            mibs(write_s),
+            w.p2p_bytes >> 20,
+            bad_back
+        );
+        println!("  {}", if ok { "OK" } else { "FAILED" });
+    }
+    if ok {
+        Ok(())
+    } else {
+        Err("verification failed".into())
+    }
+}
+
 fn main() -> ExitCode {
-    let cmd = std::env::args().nth(1);
-    let run: fn(&Device) -> Result<(), String> = match cmd.as_deref() {
-        Some("version") => |d| version(d).map(|_| ()),
-        Some("info") => info,
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = argv.split_first() else {
+        return usage();
+    };
+    let args = match Args::parse(rest) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("p2pd: {e}");
+            return usage();
+        }
+    };
+    let run: fn(&Device, &Args) -> Result<(), String> = match cmd.as_str() {
+        "version" => |d, _| version(d).map(|v| println!("{v}")),
+        "info" => info,
+        "stats" => stats,
+        "verify" => verify,
+        "bench" => bench::run,
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         _ => return usage(),
     };
     let result = Device::open()
         .map_err(|e| format!("{}: {e}", p2pdirect::DEVICE_PATH))
-        .and_then(|d| run(&d));
+        .and_then(|d| run(&d, &args));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,0 +1,399 @@
+// SPDX-License-Identifier: GPL-2.0
+//! p2pd's plumbing: arguments, NVMe namespaces from sysfs, aligned host
+//! buffers, a JSON writer (no dependencies), progress.
+
+use p2pdirect::{sys, Device, PciAddr, Provider};
+use std::{
+    fs,
+    io::Write,
+    os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
+    path::PathBuf,
+};
+
+/// Options shared by the commands.
+#[derive(Default, Debug)]
+pub struct Args {
+    pub json: bool,
+    pub reset: bool,
+    pub records: bool,
+    pub dev: Option<String>,
+    pub gpu: Option<u32>,
+    pub offset: Option<u64>,
+    pub size: Option<u64>,
+    pub seconds: Option<f64>,
+    pub threads: Option<usize>,
+    pub out: Option<PathBuf>,
+}
+
+/// `4096`, `128k`, `1M`, `4m`, `0x1000`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let v = match num.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => num.parse::<u64>(),
+    }
+    .map_err(|_| format!("'{s}' is not a size"))?;
+    v.checked_mul(mult).ok_or(format!("'{s}' is too big"))
+}
+
+impl Args {
+    pub fn parse(argv: &[String]) -> Result<Self, String> {
+        let mut a = Args::default();
+        let mut it = argv.iter();
+        while let Some(opt) = it.next() {
+            let mut val = || it.next().ok_or(format!("{opt} needs a value"));
+            match opt.as_str() {
+                "--json" => a.json = true,
+                "--reset" => a.reset = true,
+                "--records" => a.records = true,
+                "--dev" => a.dev = Some(val()?.clone()),
+                "--gpu" => a.gpu = Some(val()?.parse().map_err(|_| "--gpu takes an index")?),
+                "--offset" => a.offset = Some(parse_size(val()?)?),
+                "--size" => a.size = Some(parse_size(val()?)?),
+                "--seconds" => {
+                    let s: f64 = val()?.parse().map_err(|_| "--seconds takes a number")?;
+                    if !(s > 0.0 && s < 3600.0) {
+                        return Err("--seconds must be in (0, 3600)".into());
+                    }
+                    a.seconds = Some(s)
+                }
+                "--threads" => {
+                    let n: usize = val()?.parse().map_err(|_| "--threads takes a number")?;
+                    if !(1..=64).contains(&n) {
+                        return Err("--threads must be 1..64".into());
+                    }
+                    a.threads = Some(n)
+                }
+                "--out" => a.out = Some(PathBuf::from(val()?)),
+                _ => return Err(format!("unknown option '{opt}'")),
+            }
+        }
+        Ok(a)
+    }
+
+    /// `--dev`, else the first namespace some provider can reach.
+    pub fn namespace(&self) -> Result<Namespace, String> {
+        let all = Namespace::all();
+        if let Some(d) = &self.dev {
+            let name = d.trim_start_matches("/dev/");
+            return all
+                .into_iter()
+                .find(|n| n.name == name)
+                .ok_or(format!("{d}: not an NVMe namespace"));
+        }
+        let dev = Device::open().map_err(|e| e.to_string())?;
+        let providers = dev.providers().map_err(|e| e.to_string())?;
+        let reach = |n: &Namespace| {
+            providers.iter().any(|p| {
+                p.kind == sys::P2PDIRECT_PROVIDER_BAR
+                    && p.clients
+                        .iter()
+                        .any(|c| Some(c.pci_addr) == n.pci && c.distance.is_some())
+            })
+        };
+        let mut cands: Vec<Namespace> = all.into_iter().filter(reach).collect();
+        cands.sort_by_key(|n| n.nsid);
+        cands.into_iter().next().ok_or(
+            "no NVMe namespace is P2P-reachable from a device-memory provider; use --dev".into(),
+        )
+    }
+
+    /// `--gpu`, else the first BAR provider.
+    pub fn gpu(&self, dev: &Device) -> Result<Provider, String> {
+        let providers = dev
+            .providers()
+            .map_err(|e| format!("LIST_PROVIDERS: {e}"))?;
+        providers
+            .into_iter()
+            .filter(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)
+            .find(|p| self.gpu.is_none_or(|g| g == p.index))
+            .ok_or("no such device-memory provider (see p2pd info)".into())
+    }
+}
+
+pub fn provider_kind(kind: u32) -> &'static str {
+    match kind {
+        sys::P2PDIRECT_PROVIDER_BAR => "bar",
+        sys::P2PDIRECT_PROVIDER_PUBLISHED => "published",
+        _ => "?",
+    }
+}
+
+/// An NVMe namespace, from /sys/block.
+#[derive(Clone, Debug)]
+pub struct Namespace {
+    pub name: String,
+    pub nsid: u32,
+    pub serial: String,
+    /// The controller's PCI function.
+    pub pci: Option<PciAddr>,
+    pub size: u64,
+    pub lbs: u32,
+    pub devt: (u32, u32),
+}
+
+fn read_trim(p: impl AsRef<std::path::Path>) -> Option<String> {
+    fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+}
+
+/// `dddd:bb:dd.f` -> the UAPI's PCI address.
+pub fn parse_bdf(s: &str) -> Option<PciAddr> {
+    let (dom, rest) = s.split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (dev, func) = rest.split_once('.')?;
+    let n = |x: &str| u32::from_str_radix(x, 16).ok();
+    Some(PciAddr(
+        (n(dom)? << 16) | (n(bus)? << 8) | (n(dev)? << 3) | n(func)?,
+    ))
+}
+
+impl Namespace {
+    pub fn all() -> Vec<Namespace> {
+        let mut out = Vec::new();
+        let Ok(dir) = fs::read_dir("/sys/block") else {
+            return out;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if !name.starts_with("nvme") {
+                continue;
+            }
+            let p = e.path();
+            let Some(nsid) = read_trim(p.join("nsid")).and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            let ctrl = fs::canonicalize(p.join("device")).ok();
+            let pci = ctrl
+                .as_ref()
+                .and_then(|c| fs::canonicalize(c.join("device")).ok())
+                .and_then(|d| d.file_name().map(|f| f.to_string_lossy().to_string()))
+                .and_then(|b| parse_bdf(&b));
+            let serial = ctrl
+                .as_ref()
+                .and_then(|c| read_trim(c.join("serial")))
+                .unwrap_or_default();
+            let size = read_trim(p.join("size"))
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 512;
+            let lbs = read_trim(p.join("queue/logical_block_size"))
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(512);
+            let devt = read_trim(p.join("dev"))
+                .and_then(|s| {
+                    let (a, b) = s.split_once(':')?;
+                    Some((a.parse().ok()?, b.parse().ok()?))
+                })
+                .unwrap_or((0, 0));
+            out.push(Namespace {
+                name,
+                nsid,
+                serial,
+                pci,
+                size,
+                lbs,
+                devt,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// The namespace name of a block device number.
+    pub fn name_of(major: u32, minor: u32) -> Option<String> {
+        Namespace::all()
+            .into_iter()
+            .find(|n| n.devt == (major, minor))
+            .map(|n| n.name)
+    }
+
+    pub fn open(&self, write: bool, direct: bool) -> Result<fs::File, String> {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+            .open(format!("/dev/{}", self.name))
+            .map_err(|e| format!("/dev/{}: {e}", self.name))
+    }
+
+    pub fn json(&self) -> String {
+        let mut o = Json::obj();
+        o.str("device", &self.name);
+        o.num("nsid", self.nsid as f64);
+        o.str("serial", &self.serial);
+        o.str(
+            "controller",
+            &self.pci.map_or(String::new(), |a| a.to_string()),
+        );
+        o.num("size", self.size as f64);
+        o.num("logical_block_size", self.lbs as f64);
+        o.end()
+    }
+}
+
+/// Page-aligned host memory, for O_DIRECT.
+pub struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub fn new(len: usize) -> Result<Self, String> {
+        let layout =
+            std::alloc::Layout::from_size_align(len.max(1), 4096).map_err(|e| e.to_string())?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(p).ok_or("out of memory")?;
+        Ok(Self { ptr, len })
+    }
+
+    pub fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live allocation of `len` initialised bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_ref`; `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if let Ok(layout) = std::alloc::Layout::from_size_align(self.len.max(1), 4096) {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
+    }
+}
+
+// SAFETY: plain heap memory.
+unsafe impl Send for AlignedBuf {}
+
+/// pwrite(2) of all of `buf` at `off`.
+pub fn pwrite_all(f: &fs::File, buf: &[u8], off: u64) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(buf, off)
+        .map_err(|e| format!("pwrite: {e}"))?;
+    let _ = f.as_raw_fd();
+    Ok(())
+}
+
+pub fn count_diff(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len())
+}
+
+/// A JSON object under construction.
+pub struct Json(String);
+
+impl Json {
+    pub fn obj() -> Self {
+        Json(String::from("{"))
+    }
+
+    fn key(&mut self, k: &str) {
+        if self.0.len() > 1 {
+            self.0.push(',');
+        }
+        self.0.push_str(&Self::quote(k));
+        self.0.push(':');
+    }
+
+    pub fn quote(s: &str) -> String {
+        let mut o = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => o.push_str("\\\""),
+                '\\' => o.push_str("\\\\"),
+                c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+                c => o.push(c),
+            }
+        }
+        o.push('"');
+        o
+    }
+
+    pub fn str(&mut self, k: &str, v: &str) {
+        self.key(k);
+        self.0.push_str(&Self::quote(v));
+    }
+
+    pub fn num(&mut self, k: &str, v: f64) {
+        self.key(k);
+        if v.is_finite() {
+            if v.fract() == 0.0 && v.abs() < 9.0e15 {
+                self.0.push_str(&format!("{}", v as i64));
+            } else {
+                self.0.push_str(&format!("{v:.4}"));
+            }
+        } else {
+            self.0.push_str("null");
+        }
+    }
+
+    pub fn raw(&mut self, k: &str, v: &str) {
+        self.key(k);
+        self.0.push_str(v);
+    }
+
+    pub fn end(mut self) -> String {
+        self.0.push('}');
+        self.0
+    }
+
+    pub fn array(items: &[String]) -> String {
+        format!("[{}]", items.join(","))
+    }
+}
+
+/// A progress bar on stderr: redrawn in place on a terminal, one line per
+/// step otherwise (a serial console, a log).
+pub struct Progress {
+    total: usize,
+    done: usize,
+    tty: bool,
+}
+
+impl Progress {
+    pub fn new(total: usize) -> Self {
+        // SAFETY: isatty only inspects the descriptor.
+        let tty = unsafe { libc::isatty(2) } == 1;
+        Self {
+            total,
+            done: 0,
+            tty,
+        }
+    }
+
+    pub fn step(&mut self, what: &str) {
+        self.done += 1;
+        let width = 30;
+        let filled = width * self.done / self.total.max(1);
+        let bar = format!(
+            "[{}{}] {:>3}/{} {}",
+            "#".repeat(filled),
+            ".".repeat(width - filled),
+            self.done,
+            self.total,
+            what
+        );
+        let mut e = std::io::stderr();
+        if self.tty {
+            let _ = write!(e, "\r\x1b[K{bar}");
+            if self.done == self.total {
+                let _ = writeln!(e);
+            }
+        } else {
+            let _ = writeln!(e, "{bar}");
+        }
+    }
+}

@@ -487,7 +487,8 @@ TEST_F(st, file_holes_unwritten_and_eof)
 		ASSERT_GE(fd, 0);
 		ASSERT_EQ(0, ftruncate(fd, part));			/* [0, 1M): hole */
 		ASSERT_EQ(0, fallocate(fd, 0, part, part));		/* [1M, 2M): unwritten */
-		ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[g], 4 * part, &b));
+		/* Room for the 3.5 MiB the READ asks for, after the first MiB. */
+		ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[g], 5 * part, &b));
 		fill_buf(b.p, part, 2 * part, seed);			/* [2M, 3M): data */
 		rec_fill(&b, 0, part, seed, 2 * part);
 		ASSERT_EQ(0, rw(self->dev, true, fd, 0, (uintptr_t)b.p, part, 2 * part, 0, &out));

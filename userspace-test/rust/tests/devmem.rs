@@ -44,11 +44,15 @@ fn alloc_map_write_read_free() {
     assert_eq!(a.size, 3 * MIB);
     assert_eq!(a.bus_addr, p.bus_addr + a.provider_offset);
     let m = dev.map(&a).unwrap();
+    // Restored below: the host checks other suites' device memory after the run.
+    let mut saved = vec![0u8; 4096];
+    m.read(MIB as usize, &mut saved).unwrap();
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 1) as u8).collect();
     m.write(MIB as usize, &data).unwrap();
     let mut back = vec![0u8; data.len()];
     m.read(MIB as usize, &mut back).unwrap();
     assert_eq!(back, data);
+    m.write(MIB as usize, &saved).unwrap();
     assert!(m.write(3 * MIB as usize - 1, &[0, 0]).is_err());
     drop(m);
     dev.free(a.handle).unwrap();

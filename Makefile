@@ -14,6 +14,10 @@ demo:
 check:
 	@ci/check.sh
 
+# The gdsio-style benchmark in the VM: results/bench-<date>/{bench.json,png}.
+bench:
+	@ci/bench.sh
+
 deps:
 	@ci/install-deps.sh
 
@@ -32,4 +36,4 @@ clean:
 	$(MAKE) -C userspace-test/c clean KSRC=/nonexistent
 	cd userspace-test/rust && cargo clean
 
-.PHONY: all module demo check deps kernel lint clean
+.PHONY: all module demo check bench deps kernel lint clean

@@ -144,7 +144,7 @@ qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
 	-device nvme,id=nvmrp,serial=p2pnvme-rp,bus=rp1
 	-drive "file=$run/ns4.img,if=none,id=ns4,format=raw"
 	-device nvme-ns,drive=ns4,bus=nvmrp,nsid=4,logical_block_size=512)
-[ "$mode" = probe ] || qemu+=(-trace "events=$here/nvme-trace.events" -D "$run/nvme-trace.log")
+case "$mode" in check | demo) qemu+=(-trace "events=$here/nvme-trace.events" -D "$run/nvme-trace.log") ;; esac
 printf '%q ' "${qemu[@]}" >"$run/qemu.cmd"
 
 log "booting VM ($mode, $accel); run dir $run"

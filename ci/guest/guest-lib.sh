@@ -228,6 +228,9 @@ run_checks() {
 	say "# suite-exit: guest-teardown $fails"
 }
 
+# The main job: NVMe -> emulated GPU memory -> NVMe with p2pdirect, checked
+# in the guest and (through the records p2pd verify prints) by the host;
+# then the paths compared in a short benchmark, and the module's statistics.
 run_demo() {
 	{
 		echo "kernel: $(uname -r) ($(uname -v))"
@@ -238,12 +241,39 @@ run_demo() {
 		describe_pci
 		switch_topology >/tmp/topo 2>&1 && echo "topology: $(cat /tmp/topo)" ||
 			echo "topology: unexpected: $(cat /tmp/topo)"
-		if insmod /p2pdirect.ko; then
-			echo "module: loaded; $(ls -l /dev/p2pdirect)"
-			/tests/p2pd info 2>&1 | sed 's/^/  /'
-			rmmod p2pdirect && echo "module: unloaded"
-		else
-			echo "module: insmod FAILED"
-		fi
 	} >"$out" 2>&1
+	for g in $(gpus); do say "# GPUMAP ${g##*/} $(basename "$(dirname "$(readlink -f "$g")")")"; done
+	host_records >"$out"
+	if ! insmod /p2pdirect.ko; then
+		say "module: insmod FAILED"
+		return
+	fi
+	say "module: loaded; $(ls -l /dev/p2pdirect)"
+	say ""
+	say "== p2pd info =="
+	/tests/p2pd info >"$out" 2>&1
+	say ""
+	say "== p2pd verify: 16 MiB NVMe -> GPU memory -> NVMe, every byte checked =="
+	/tests/p2pd verify --size 16M --records >"$out" 2>&1 || say "p2pd verify: FAILED"
+	say ""
+	say "== p2pd bench (short): the same I/O over five paths =="
+	/tests/p2pd bench --seconds 0.5 --threads 4 >"$out" 2>/dev/null || say "p2pd bench: FAILED"
+	say ""
+	say "== p2pd stats =="
+	/tests/p2pd stats >"$out" 2>&1
+	rmmod p2pdirect && say "module: unloaded"
+}
+
+# `make bench`: the full benchmark; its JSON goes to the host between markers.
+run_bench() {
+	if ! insmod /p2pdirect.ko; then
+		say "module: insmod FAILED"
+		return
+	fi
+	/tests/p2pd bench --out /tmp/bench.json >"$out" 2>&1 || say "p2pd bench: FAILED"
+	say "# BENCH-JSON-BEGIN"
+	cat /tmp/bench.json >"$out"
+	say ""
+	say "# BENCH-JSON-END"
+	rmmod p2pdirect
 }

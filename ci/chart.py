@@ -13,6 +13,7 @@ COLORS = {
     'upstream-p2pmem': '#7570b3',
     'bounce': '#d95f02',
     'buffered': '#e7298a',
+    'odirect-devmem': '#66a61e',
     'odirect-ram': '#999999',
 }
 PW, PH = 300, 210          # panel size

@@ -2,11 +2,14 @@
 //! `p2pd bench`: gdsio's role. The same workloads over five paths, in one
 //! run, on one namespace:
 //!
-//! - `p2pdirect`: READ/WRITE ioctls, the NVMe DMAs straight into/out of
-//!   device memory (an emulated GPU's BAR);
+//! - `p2pdirect`: READ/WRITE ioctls on a registered buffer (as gdsio uses
+//!   cuFileBufRegister'd buffers), the NVMe DMAs straight into/out of device
+//!   memory (an emulated GPU's BAR);
 //! - `upstream-p2pmem`: the upstream sysfs path: an mmap of the NVMe's own
 //!   published P2P memory (`p2pmem/allocate`, its CMB) and O_DIRECT
 //!   pread/pwrite into it;
+//! - `odirect-devmem`: O_DIRECT pread/pwrite straight into p2pdirect's
+//!   device-memory mapping (the block layer builds the P2P bios itself);
 //! - `bounce`: O_DIRECT into host memory plus a CPU copy into (out of) the
 //!   device memory mapping: what an application does without P2P;
 //! - `buffered`: buffered pread/pwrite plus the CPU copy;
@@ -28,14 +31,16 @@ use std::{
 enum Path {
     P2pdirect,
     Upstream,
+    DirectDevmem,
     Bounce,
     Buffered,
     Ram,
 }
 
-const PATHS: [Path; 5] = [
+const PATHS: [Path; 6] = [
     Path::P2pdirect,
     Path::Upstream,
+    Path::DirectDevmem,
     Path::Bounce,
     Path::Buffered,
     Path::Ram,
@@ -46,6 +51,7 @@ impl Path {
         match self {
             Path::P2pdirect => "p2pdirect",
             Path::Upstream => "upstream-p2pmem",
+            Path::DirectDevmem => "odirect-devmem",
             Path::Bounce => "bounce",
             Path::Buffered => "buffered",
             Path::Ram => "odirect-ram",
@@ -146,7 +152,8 @@ struct Ctx<'a> {
     gpu: u32,
     /// The namespace's controller's p2pmem/allocate, if it publishes P2P memory.
     p2pmem: Option<String>,
-    /// Reads use [0, span), writes [span, 2 * span) of the namespace.
+    /// Reads use [base, base + span), writes [base + span, base + 2 * span).
+    base: u64,
     span: u64,
 }
 
@@ -210,7 +217,7 @@ fn worker(
         ctx.dev.map(&a).map_err(|e| format!("mmap: {e}"))
     };
     let buf = match path {
-        Path::P2pdirect => Buf::Device(gpu_map()?),
+        Path::P2pdirect | Path::DirectDevmem => Buf::Device(gpu_map()?),
         Path::Bounce | Path::Buffered => Buf::Host(AlignedBuf::new(bs as usize)?, gpu_map()?),
         Path::Ram => Buf::Ram(AlignedBuf::new(bs as usize)?),
         Path::Upstream => {
@@ -243,10 +250,20 @@ fn worker(
     let mut offs = Offsets {
         next: (t as u64 * (ctx.span / wl.threads as u64)) / bs * bs,
         rng: 0x9E37_79B9 ^ (t as u64 + 1),
-        start: if wl.write { ctx.span } else { 0 },
+        start: ctx.base + if wl.write { ctx.span } else { 0 },
         span: ctx.span,
         bs,
         random: wl.random,
+    };
+    // p2pdirect: the buffer is registered once, like cuFileBufRegister.
+    let reg = match &buf {
+        Buf::Device(m) if path == Path::P2pdirect => Some(
+            ctx.dev
+                .register(m.as_ptr(), bs, true)
+                .map_err(|e| format!("REGISTER: {e}"))?
+                .0,
+        ),
+        _ => None,
     };
     let mut lat = Vec::new();
     let mut ops = 0u64;
@@ -254,10 +271,20 @@ fn worker(
         let off = offs.next();
         let t0 = Instant::now();
         let res = match &buf {
+            Buf::Device(m) if path == Path::DirectDevmem => {
+                // SAFETY: the device-memory mapping, only handed to the
+                // kernel as an I/O buffer (never dereferenced here).
+                let s = unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), bs as usize) };
+                if wl.write {
+                    file.write_at(s, off)
+                } else {
+                    file.read_at(s, off)
+                }
+            }
             Buf::Device(m) => {
                 let io = Io {
                     fd: file.as_raw_fd(),
-                    memory: Memory::Pointer(m.as_ptr()),
+                    memory: reg.map_or(Memory::Pointer(m.as_ptr()), Memory::Registered),
                     size: bs,
                     file_offset: off,
                     buf_offset: 0,
@@ -309,6 +336,9 @@ fn worker(
         }
         lat.push(t0.elapsed().as_secs_f64() as f32 * 1e6);
         ops += 1;
+    }
+    if let Some(id) = reg {
+        let _ = ctx.dev.deregister(id);
     }
     if wl.write && path == Path::Buffered {
         file.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
@@ -429,7 +459,10 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     let gpu = args.gpu(dev)?;
     let secs = args.seconds.unwrap_or(1.5);
     let threads = args.threads.unwrap_or(4);
-    let span = (ns.size / 2).min(64 << 20) & !((4 << 20) - 1);
+    // The upper half of the namespace: the lower half is left to
+    // `p2pd verify` and the tests.
+    let base = (ns.size / 2) & !((4 << 20) - 1);
+    let span = (ns.size / 4).min(64 << 20) & !((4 << 20) - 1);
     if span < 8 << 20 {
         return Err(format!("{}: too small for the benchmark", ns.name));
     }
@@ -442,6 +475,7 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         ns: &ns,
         gpu: gpu.index,
         p2pmem,
+        base,
         span,
     };
     let mut wls = Vec::new();

@@ -178,6 +178,35 @@ kunit_suites() {
 }
 rust_suite() { "$1" --test-threads=1 2>&1 | libtest_tap; }
 
+# The p2pd tool as a user runs it. verify's records go to the host checks.
+p2pd_json() { /tests/p2pd "$@" --json | grep -q '^[[{].*[]}]$'; }
+p2pd_info_matrix() {
+	/tests/p2pd info >/tmp/info || return 1
+	cat /tmp/info
+	grep -q 'P2P reachability' /tmp/info && grep -q "$(ls /sys/block | grep -m1 nvme)" /tmp/info
+}
+p2pd_verify() {
+	/tests/p2pd verify --size 8M --records >/tmp/verify.out
+	rc=$?
+	grep '^# ' /tmp/verify.out >"$out"
+	grep -v '^# ' /tmp/verify.out
+	return $rc
+}
+p2pd_bad() { ! /tests/p2pd verify --dev /dev/nonexistent 2>/tmp/err && grep -q 'not an NVMe namespace' /tmp/err; }
+p2pd_suite() {
+	say "# suite: p2pd"
+	n=0
+	fails=0
+	check "p2pd info: providers, namespaces, reachability matrix" p2pd_info_matrix
+	check "p2pd info --json is one JSON document" p2pd_json info
+	check "p2pd verify: 8 MiB NVMe -> GPU -> NVMe, every byte" p2pd_verify
+	check "p2pd stats --json is one JSON document" p2pd_json stats
+	check "p2pd verify --dev of no namespace: clear error, exit 1" p2pd_bad
+	check "p2pd with an unknown option: usage, exit 2" sh -c '/tests/p2pd info --bogus; [ $? -eq 2 ]'
+	say "1..$n"
+	say "# suite-exit: p2pd $fails"
+}
+
 run_checks() {
 	say "# suite: guest"
 	describe_pci | sed 's/^/# /' >"$out"
@@ -209,6 +238,7 @@ run_checks() {
 	for t in /tests/rust-*; do
 		run_suite "${t##*/}" rust_suite "$t"
 	done
+	p2pd_suite
 	say "# suite: guest-probe"
 	n=0
 	fails=0

@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@
 
 struct gpu {
 	__u32 index;		/* provider index */
+	__u32 pci;		/* P2PDIRECT_PCI_ADDR */
 	char bdf[32];
 };
 
@@ -276,6 +278,7 @@ FIXTURE_SETUP(st)
 		if (p[i].kind != P2PDIRECT_PROVIDER_BAR)
 			continue;
 		self->gpu[g].index = p[i].index;
+		self->gpu[g].pci = p[i].pci_addr;
 		pci_name(p[i].pci_addr, self->gpu[g].bdf, sizeof(self->gpu[g].bdf));
 		g++;
 	}
@@ -591,6 +594,91 @@ TEST_F(st, registered_buffers)
 	ASSERT_EQ(0, dbuf_free(self->dev, &b));
 	EXPECT_EQ(-ESTALE, rw(self->dev, false, fd, P2PDIRECT_IO_REGISTERED, reg.id, len, foff, 0,
 			      NULL));
+	close(fd);
+}
+
+/* --- statistics -------------------------------------------------------------- */
+
+static int stats(int dev, struct p2pdirect_stat *rows, unsigned int cap, __u32 flags)
+{
+	struct p2pdirect_stats req = { .entries = (uintptr_t)rows, .capacity = cap,
+				       .flags = flags };
+
+	if (ioctl(dev, P2PDIRECT_IOC_STATS, &req))
+		return -errno;
+	return req.count;
+}
+
+static struct p2pdirect_stat *stat_row(struct p2pdirect_stat *rows, int n, __u32 kind, __u32 id)
+{
+	for (int i = 0; i < n; i++)
+		if (rows[i].kind == kind && rows[i].id == id)
+			return &rows[i];
+	return NULL;
+}
+
+/*
+ * STATS counts per provider and per block device: operations, bytes by
+ * path, errors, latency; RESET zeroes them; the debugfs file shows the same
+ * rows and a write to it resets too.
+ */
+TEST_F(st, statistics)
+{
+	struct p2pdirect_stat rows[32], *prov, *blk;
+	struct p2pdirect_stats bad = { .flags = 0x80 };
+	__u64 len = 256 * KiB;
+	struct p2pdirect_io out;
+	char line[512];
+	struct dbuf b;
+	struct stat st;
+	int fd, n, found = 0;
+	FILE *f;
+
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], len, &b));
+	fd = open(self->ns1, O_RDWR | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, fstat(fd, &st));
+	ASSERT_GE(stats(self->dev, rows, 32, P2PDIRECT_STATS_RESET), 0);
+	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, 2 * MiB, 0, &out));
+	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, 2 * MiB + len, 0, &out));
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, fd, 0, (uintptr_t)b.p, 100, 0, 0, NULL));
+	rec_ns(&b, 0, len, 1, 2 * MiB + len, 0);
+	rec_dma(1, 2 * MiB, 2 * len, b.g->bdf);
+	n = stats(self->dev, rows, 32, 0);
+	ASSERT_GT(n, 0);
+	prov = stat_row(rows, n, P2PDIRECT_STAT_PROVIDER, self->gpu[0].pci);
+	blk = stat_row(rows, n, P2PDIRECT_STAT_BLOCK,
+		       (major(st.st_rdev) << 20) | minor(st.st_rdev));
+	ASSERT_NE(NULL, prov);
+	ASSERT_NE(NULL, blk);
+	EXPECT_EQ(2u, prov->reads);
+	EXPECT_EQ(2 * len, prov->bytes_read);
+	EXPECT_EQ(2 * len, prov->p2p_bytes);
+	EXPECT_EQ(0u, prov->bounce_bytes);
+	EXPECT_EQ(3u, blk->reads);		/* the refused one counts, as an error */
+	EXPECT_EQ(1u, blk->errors);
+	EXPECT_EQ(2 * len, blk->bytes_read);
+	EXPECT_LT(0u, blk->lat_min_ns);
+	EXPECT_LE(blk->lat_min_ns, blk->lat_avg_ns);
+	EXPECT_LE(blk->lat_avg_ns, blk->lat_max_ns);
+	/* The debugfs file shows the rows; a write resets. */
+	f = fopen("/sys/kernel/debug/p2pdirect/stats", "r");
+	ASSERT_NE(NULL, f);
+	while (fgets(line, sizeof(line), f))
+		found += !strncmp(line, "provider", 8) || !strncmp(line, "block", 5);
+	fclose(f);
+	EXPECT_LE(2, found);
+	f = fopen("/sys/kernel/debug/p2pdirect/stats", "w");
+	ASSERT_NE(NULL, f);
+	fputs("0\n", f);
+	EXPECT_EQ(0, fclose(f));
+	n = stats(self->dev, rows, 32, 0);
+	for (int i = 0; i < n; i++)
+		EXPECT_EQ(0u, rows[i].reads + rows[i].writes + rows[i].bytes_read);
+	/* Counting only; bad flags. */
+	EXPECT_EQ(n, stats(self->dev, NULL, 0, 0));
+	EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_STATS, &bad));
+	EXPECT_EQ(EINVAL, errno);
 	close(fd);
 }
 

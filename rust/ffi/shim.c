@@ -241,6 +241,7 @@ struct p2pdirect_pin {
 	u64 len;
 	bool kernel_pages;	/* allocated here (bounce), not pinned */
 	u32 provider;		/* PCI address of the BAR owner, once looked up */
+	u32 reach_ok;		/* PCI address of a device known to reach every page */
 	struct sg_table sgt;
 	struct device *dma_dev;	/* set while mapped */
 };
@@ -526,6 +527,13 @@ bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u3
 	unsigned long i;
 
 	*provider = 0;
+	/*
+	 * The pages of a pin never change, so a registration pays for the
+	 * check once per DMA device (by PCI address: the same slot has the same
+	 * place in the topology), not on every I/O.
+	 */
+	if (READ_ONCE(pin->reach_ok) && READ_ONCE(pin->reach_ok) == p2pdirect_pci_addr(pdev))
+		return true;
 	for (i = 0; i < pin->npages; i++) {
 		struct page *page = pin->pages[i];
 		struct scatterlist sg;
@@ -544,6 +552,7 @@ bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u3
 		}
 		dma_unmap_sgtable(&pdev->dev, &sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
 	}
+	WRITE_ONCE(pin->reach_ok, p2pdirect_pci_addr(pdev));
 	return true;
 }
 
@@ -632,7 +641,7 @@ void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
 	l->p2pdma = blk_queue_pci_p2pdma(q) ? 1 : 0;
 	l->read_only = bdev_read_only(bdev) ? 1 : 0;
 	l->size = bdev_nr_bytes(bdev);
-	l->devt = new_encode_dev(bdev->bd_dev);
+	l->devt = bdev->bd_dev;	/* MAJOR << 20 | MINOR */
 }
 
 /* The DMA device of the block device behind @f (an I/O target). */

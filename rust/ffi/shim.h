@@ -21,7 +21,7 @@ struct p2pdirect_limits {
 	u32 max_segments;	/* per bio */
 	u32 p2pdma;		/* the queue accepts P2PDMA pages */
 	u32 read_only;
-	u32 devt;		/* new_encode_dev() of the block device */
+	u32 devt;		/* dev_t of the block device: MAJOR << 20 | MINOR */
 	u64 size;		/* bytes */
 };
 

@@ -495,13 +495,23 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         bs: 4 << 10,
         threads,
     });
-    let mut progress = Progress::new(wls.len() * PATHS.len());
+    let wanted = |path: Path, wl: &Workload| {
+        let name = format!("{} {}", path.name(), wl.name());
+        args.only.is_empty() || args.only.iter().any(|o| name.contains(o.as_str()))
+    };
+    let todo: Vec<(Path, &Workload)> = wls
+        .iter()
+        .flat_map(|wl| PATHS.iter().map(move |p| (*p, wl)))
+        .filter(|(p, wl)| wanted(*p, wl))
+        .collect();
+    if todo.is_empty() {
+        return Err("--only matches no run (runs are named like 'p2pdirect seq-read-4K')".into());
+    }
+    let mut progress = Progress::new(todo.len());
     let mut rs = Vec::new();
-    for wl in &wls {
-        for path in PATHS {
-            progress.step(&format!("{} {}", path.name(), wl.name()));
-            rs.push(run_one(&ctx, path, wl, secs));
-        }
+    for (path, wl) in todo {
+        progress.step(&format!("{} {}", path.name(), wl.name()));
+        rs.push(run_one(&ctx, path, wl, secs));
     }
     let ratios = ratios(&rs, threads);
 

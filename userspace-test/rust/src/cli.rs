@@ -23,6 +23,8 @@ pub struct Args {
     pub seconds: Option<f64>,
     pub threads: Option<usize>,
     pub out: Option<PathBuf>,
+    /// bench: only the runs whose "PATH WORKLOAD" contains one of these.
+    pub only: Vec<String>,
 }
 
 /// `4096`, `128k`, `1M`, `4m`, `0x1000`.
@@ -70,6 +72,7 @@ impl Args {
                     a.threads = Some(n)
                 }
                 "--out" => a.out = Some(PathBuf::from(val()?)),
+                "--only" => a.only.push(val()?.clone()),
                 _ => return Err(format!("unknown option '{opt}'")),
             }
         }

@@ -27,7 +27,8 @@ const USAGE: &str = "usage: p2pd <command> [options]
   stats [--json] [--reset]     I/O statistics per provider and block device
   verify [--dev NS] [--gpu I] [--offset B] [--size B] [--records] [--json]
                                NVMe -> device memory -> NVMe, every byte checked
-  bench [--dev NS] [--gpu I] [--seconds S] [--threads N] [--out FILE] [--json]
+  bench [--dev NS] [--gpu I] [--seconds S] [--threads N] [--only 'PATH WORKLOAD']...
+        [--out FILE] [--json]
                                p2pdirect vs upstream sysfs P2PDMA vs bounce vs buffered";
 
 fn usage() -> ExitCode {

@@ -1,30 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Peer-memory tests from Rust (in the test VM, module loaded, root).
 
+mod common;
+
+use common::{gpu, nvme};
 use p2pdirect::{sys, Device};
-use std::{fs, os::fd::AsRawFd};
-
-/// Namespace 1 of the NVMe controller with this serial.
-fn nvme(serial: &str) -> fs::File {
-    for e in fs::read_dir("/sys/class/nvme").unwrap() {
-        let e = e.unwrap();
-        let s = fs::read_to_string(e.path().join("serial")).unwrap_or_default();
-        if s.trim() == serial {
-            let ns = format!("/dev/{}n1", e.file_name().to_string_lossy());
-            return fs::File::open(ns).unwrap();
-        }
-    }
-    panic!("no NVMe controller with serial {serial}");
-}
-
-/// The first emulated GPU.
-fn gpu(dev: &Device) -> p2pdirect::Provider {
-    dev.providers()
-        .unwrap()
-        .into_iter()
-        .find(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)
-        .expect("an emulated GPU")
-}
+use std::os::fd::AsRawFd;
 
 #[test]
 fn devmem_probe_sw_and_rp() {

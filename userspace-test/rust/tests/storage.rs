@@ -4,36 +4,13 @@
 //! Device memory these tests write is restored before they end, so the
 //! host's byte checks of the C suites' records still hold.
 
-use p2pdirect::{fill, sys, Device, Io, Memory};
-use std::{fs, os::fd::AsRawFd, os::unix::fs::OpenOptionsExt};
+mod common;
+
+use common::{gpu, namespace};
+use p2pdirect::{fill, Device, Io, Memory};
+use std::os::fd::AsRawFd;
 
 const MIB: u64 = 1 << 20;
-
-/// The block device of the NVMe namespace with this NSID.
-fn namespace(nsid: u32, write: bool) -> fs::File {
-    for e in fs::read_dir("/sys/block").unwrap() {
-        let e = e.unwrap();
-        let id = fs::read_to_string(e.path().join("nsid")).unwrap_or_default();
-        if id.trim().parse::<u32>().ok() == Some(nsid) {
-            return fs::OpenOptions::new()
-                .read(true)
-                .write(write)
-                .custom_flags(libc::O_DIRECT)
-                .open(format!("/dev/{}", e.file_name().to_string_lossy()))
-                .unwrap();
-        }
-    }
-    panic!("no NVMe namespace with NSID {nsid}");
-}
-
-/// The first emulated GPU.
-fn gpu(dev: &Device) -> p2pdirect::Provider {
-    dev.providers()
-        .unwrap()
-        .into_iter()
-        .find(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)
-        .expect("an emulated GPU")
-}
 
 #[test]
 fn read_write_namespace_through_device_memory() {

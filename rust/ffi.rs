@@ -113,6 +113,14 @@ mod shim {
             len: kernel::ffi::c_uint,
         ) -> bool;
         pub(super) fn p2pdirect_bio_put(bio: *mut bio);
+        pub(super) fn p2pdirect_bio_rw_onstack(
+            f: *mut file,
+            pin: *mut c_void,
+            off: u64,
+            len: u32,
+            pos: u64,
+            write: bool,
+        ) -> c_int;
         pub(super) fn p2pdirect_bio_submit(b: *mut c_void, bio: *mut bio, io_off: u64);
         pub(super) fn p2pdirect_batch_wait(b: *mut c_void, error_off: *mut u64) -> c_int;
         pub(super) fn p2pdirect_file_rw(
@@ -739,6 +747,29 @@ impl IoFile {
             return Err(Error::from_errno(r as i32));
         }
         Ok(r as u64)
+    }
+
+    /// Raw block devices: moves `len` bytes at `pos` from or into `pin` at
+    /// `off` with one on-stack bio, if they fit one (`Ok(false)` if not:
+    /// nothing was done).
+    pub(crate) fn bio_onstack(
+        &self,
+        pin: &PinRef,
+        off: u64,
+        len: u32,
+        pos: u64,
+        write: bool,
+    ) -> Result<bool> {
+        // SAFETY: file and pin are valid; the shim checks the range against
+        // the pin and waits for the bio before returning.
+        let r = unsafe {
+            shim::p2pdirect_bio_rw_onstack(self.file.as_ptr(), pin.0.as_ptr(), off, len, pos, write)
+        };
+        if r == -(bindings::E2BIG as i32) {
+            return Ok(false);
+        }
+        kernel::error::to_result(r)?;
+        Ok(true)
     }
 
     /// Files: bytes of `[pos, pos + len)` in holes or unwritten extents.

@@ -36,6 +36,10 @@ use kernel::{
     time::{Instant, Monotonic},
 };
 
+/// Vectors per bio of the general path (the bio set's inline vectors, so
+/// that the per-CPU bio cache serves it).
+const BIO_VECS: u64 = 4;
+
 /// Size of the COMPAT bounce buffer (host memory), per I/O.
 const BOUNCE_CHUNK: u64 = 1 << 20;
 
@@ -341,13 +345,27 @@ fn bdev_io(
     file.bdev_sync(pos, len)?;
     let page = PAGE_SIZE as u64;
     let first = pages.page_offset();
+    // What fits one bio goes through one on-stack bio: no allocation.
+    if bio_bytes(lim, (first + off) % page, len) == len {
+        if let Ok(n) = u32::try_from(len) {
+            if file.bio_onstack(pages, off, n, pos, write)? {
+                if write {
+                    file.bdev_invalidate(pos, len);
+                }
+                return Ok(len);
+            }
+        }
+    }
     let batch = Batch::new(pages)?;
     let mut queued = 0u64;
     let mut build_err = None;
     while queued < len {
         let in_page = (first + off + queued) % page;
         let want = bio_bytes(lim, in_page, len - queued);
-        let nr_vecs = (in_page + want).div_ceil(page);
+        // Physically contiguous pages merge into one segment, so a few
+        // inline vectors usually hold the whole bio; a full bio goes out as
+        // it is and the next one takes the rest.
+        let nr_vecs = (in_page + want).div_ceil(page).min(BIO_VECS);
         let mut bio = match Bio::new(file, write, pos + queued, nr_vecs as u32) {
             Ok(b) => b,
             Err(e) => {
@@ -364,13 +382,15 @@ fn bdev_io(
             }
             added += piece;
         }
-        if added != want {
-            // Cannot happen with the sizes above; never submit a torn bio.
+        if added == 0 {
+            // Not even one page fits an empty bio: cannot happen.
             build_err = Some(EIO);
             break;
         }
+        // Pieces end on page boundaries or at the I/O's end, all multiples
+        // of the logical block size: a partial bio is still whole blocks.
         batch.submit(bio, queued);
-        queued += want;
+        queued += added;
     }
     let good = match batch.wait() {
         Ok(()) => queued,

@@ -671,6 +671,7 @@ void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len)
  * prefix is everything before the lowest failed offset.
  */
 struct p2pdirect_batch {
+	struct p2pdirect_batch *next;	/* in the free list */
 	atomic_t pending;	/* bios in flight, plus one for the submitter */
 	struct completion done;
 	spinlock_t lock;
@@ -685,23 +686,47 @@ struct p2pdirect_bio {
 
 static struct bio_set p2pdirect_bio_set;
 
+/*
+ * Batches are kept for reuse rather than freed: an allocation per I/O is a
+ * measurable share of a small I/O's cost (more so with the debug kernel's
+ * kmemleak and KASAN). At most one per concurrent I/O ever exists.
+ */
+static DEFINE_SPINLOCK(p2pdirect_batches_lock);
+static struct p2pdirect_batch *p2pdirect_free_batches;
+
 int p2pdirect_storage_init(void)
 {
+	/* The per-CPU cache recycles small bios without going to the slab. */
 	return bioset_init(&p2pdirect_bio_set, 64, offsetof(struct p2pdirect_bio, bio),
-			   BIOSET_NEED_BVECS);
+			   BIOSET_NEED_BVECS | BIOSET_PERCPU_CACHE);
 }
 
 void p2pdirect_storage_exit(void)
 {
+	while (p2pdirect_free_batches) {
+		struct p2pdirect_batch *b = p2pdirect_free_batches;
+
+		p2pdirect_free_batches = b->next;
+		kfree(b);
+	}
 	bioset_exit(&p2pdirect_bio_set);
 }
 
 struct p2pdirect_batch *p2pdirect_batch_alloc(void)
 {
-	struct p2pdirect_batch *b = kzalloc_obj(*b, GFP_KERNEL);
+	struct p2pdirect_batch *b;
 
+	spin_lock(&p2pdirect_batches_lock);
+	b = p2pdirect_free_batches;
+	if (b)
+		p2pdirect_free_batches = b->next;
+	spin_unlock(&p2pdirect_batches_lock);
+	if (!b)
+		b = kzalloc_obj(*b, GFP_KERNEL);
 	if (!b)
 		return NULL;
+	b->next = NULL;
+	b->error = 0;
 	atomic_set(&b->pending, 1);
 	init_completion(&b->done);
 	spin_lock_init(&b->lock);
@@ -752,6 +777,43 @@ bool p2pdirect_bio_add(struct bio *bio, struct p2pdirect_pin *pin, u64 off, unsi
 	return bio_add_page(bio, page, len, in_page) == len;
 }
 
+/*
+ * An I/O that fits one bio of P2PDIRECT_STACK_VECS segments: an on-stack bio,
+ * submitted and waited for here, with no allocation at all (the block
+ * layer's own simple direct I/O does the same). Returns 0, -E2BIG if the
+ * pages do not fit (the caller then builds bios the general way), or the
+ * I/O's -errno.
+ */
+#define P2PDIRECT_STACK_VECS 8
+int p2pdirect_bio_rw_onstack(struct file *f, struct p2pdirect_pin *pin, u64 off, u32 len,
+			     u64 pos, bool write)
+{
+	blk_opf_t opf = write ? REQ_OP_WRITE | REQ_SYNC | REQ_IDLE : REQ_OP_READ | REQ_SYNC;
+	struct bio_vec vecs[P2PDIRECT_STACK_VECS];
+	struct bio bio;
+	u32 done = 0;
+	int ret;
+
+	if (off + len > pin->len)
+		return -EINVAL;
+	bio_init(&bio, io_bdev(f), vecs, ARRAY_SIZE(vecs), opf);
+	bio.bi_iter.bi_sector = pos >> SECTOR_SHIFT;
+	while (done < len) {
+		unsigned int in_page;
+		struct page *page = pin_page(pin, off + done, &in_page);
+		u32 n = min_t(u32, PAGE_SIZE - in_page, len - done);
+
+		if (bio_add_page(&bio, page, n, in_page) != n) {
+			bio_uninit(&bio);
+			return -E2BIG;
+		}
+		done += n;
+	}
+	ret = submit_bio_wait(&bio);
+	bio_uninit(&bio);
+	return ret;
+}
+
 void p2pdirect_bio_put(struct bio *bio)
 {
 	bio_put(bio);
@@ -779,7 +841,10 @@ int p2pdirect_batch_wait(struct p2pdirect_batch *b, u64 *error_off)
 		wait_for_completion_io(&b->done);
 	err = b->error;
 	*error_off = b->error_off;
-	kfree(b);
+	spin_lock(&p2pdirect_batches_lock);
+	b->next = p2pdirect_free_batches;
+	p2pdirect_free_batches = b;
+	spin_unlock(&p2pdirect_batches_lock);
 	return err;
 }
 

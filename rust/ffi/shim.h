@@ -79,6 +79,8 @@ struct p2pdirect_batch *p2pdirect_batch_alloc(void);
 struct bio *p2pdirect_bio_alloc(struct file *f, bool write, u64 pos, unsigned int nr_vecs);
 bool p2pdirect_bio_add(struct bio *bio, struct p2pdirect_pin *pin, u64 off, unsigned int len);
 void p2pdirect_bio_put(struct bio *bio);
+int p2pdirect_bio_rw_onstack(struct file *f, struct p2pdirect_pin *pin, u64 off, u32 len,
+			     u64 pos, bool write);
 void p2pdirect_bio_submit(struct p2pdirect_batch *b, struct bio *bio, u64 io_off);
 int p2pdirect_batch_wait(struct p2pdirect_batch *b, u64 *error_off);
 ssize_t p2pdirect_file_rw(struct file *f, struct p2pdirect_pin *pin, u64 off, u64 len,

@@ -6,6 +6,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 . "$here/lib.sh"
+# The benchmark kernel: the test kernel without KASAN, lockdep and kmemleak.
+export P2PDIRECT_KERNEL=bench
 run=$("$here/vm.sh" bench) || die "building or booting the VM failed"
 out="$repo/results/bench-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out"

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # Configures and builds the test kernel once per (kernel version, fragment,
 # toolchain) and prints the build directory. A later call with the same inputs
-# reuses the cached build.
+# reuses the cached build. P2PDIRECT_KERNEL=bench builds the flavour without
+# the debug options (ci/kernel-bench.config on top), for `make bench`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -10,7 +11,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 "$here/install-deps.sh"
 src=$("$here/fetch-kernel.sh")
 toolchain="$($KRUSTC --version) | $(${LLVM}clang --version | head -n 1) | $("$BINDGEN" --version)"
-key=$( { basename "$src"; cat "$here/kernel.config" "$here/kernel-required.txt"; echo "$toolchain"; } |
+flavor=${P2PDIRECT_KERNEL:-debug}
+frags=("$here/kernel.config")
+case "$flavor" in
+debug) ;;
+bench) frags+=("$here/kernel-bench.config") ;;
+*) die "P2PDIRECT_KERNEL=$flavor: debug or bench" ;;
+esac
+key=$( { basename "$src"; cat "${frags[@]}" "$here/kernel-required.txt"; echo "$toolchain"; } |
 	sha256sum | cut -c1-16)
 out="$P2P_CACHE/build/$(basename "$src")-$key"
 
@@ -21,11 +29,11 @@ fi
 
 mkmake() { make -C "$src" O="$out" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" "$@"; }
 
-log "configuring $(basename "$src") in $out"
+log "configuring $(basename "$src") ($flavor) in $out"
 rm -rf "$out"
 mkdir -p "$out"
 mkmake -s tinyconfig >/dev/null
-"$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" "$here/kernel.config" >/dev/null
+"$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" "${frags[@]}" >/dev/null
 mkmake -s olddefconfig >/dev/null
 mkmake -s rustavailable >/dev/null 2>&1 || {
 	mkmake rustavailable || true
@@ -34,6 +42,8 @@ mkmake -s rustavailable >/dev/null 2>&1 || {
 
 missing=""
 for opt in $(grep -v '^#' "$here/kernel-required.txt"); do
+	# Options the flavour turns off on purpose are not required of it.
+	cat "${frags[@]}" | grep -q "^$opt=n" && continue
 	grep -q "^$opt=y" "$out/.config" || missing+=" $opt"
 done
 [ -z "$missing" ] || die "required options lost in olddefconfig:$missing (a dependency or the toolchain is missing)"

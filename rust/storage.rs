@@ -168,11 +168,13 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
     let (bytes, zeroed) = direct(
         &file,
         &lim,
-        &mem.pages,
-        mem.offset,
-        req.file_offset,
-        len,
-        req.write,
+        &Span {
+            pages: &mem.pages,
+            off: mem.offset,
+            pos: req.file_offset,
+            len,
+            write: req.write,
+        },
     )?;
     done.bytes = bytes;
     done.zeroed = zeroed;
@@ -292,20 +294,29 @@ fn unreachable(req: &Request, lim: &Limits, dma: u32, provider: u32) -> Error {
     ffi::eremoteio()
 }
 
-/// Moves `len` bytes between `pos` of `file` and `pages` at `off`, the
-/// device DMAing into or out of the pages. Returns (bytes, zeroed bytes).
-fn direct(
-    file: &IoFile,
-    lim: &Limits,
-    pages: &PinRef,
+/// `len` bytes at `pos` of the file and at `off` of `pages`, one way.
+#[derive(Clone, Copy)]
+struct Span<'a> {
+    pages: &'a PinRef,
     off: u64,
     pos: u64,
     len: u64,
     write: bool,
-) -> Result<(u64, u64)> {
+}
+
+/// Moves a span between the file and the pages, the device DMAing into or
+/// out of the pages. Returns (bytes, zeroed bytes).
+fn direct(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<(u64, u64)> {
     if file.is_bdev() {
-        return Ok((bdev_io(file, lim, pages, off, pos, len, write)?, 0));
+        return Ok((bdev_io(file, lim, span)?, 0));
     }
+    let Span {
+        pages,
+        off,
+        pos,
+        len,
+        write,
+    } = *span;
     let bytes = file.rw(pages, off, len, pos, write)?;
     let zeroed = if write || bytes == 0 {
         0
@@ -332,15 +343,14 @@ fn bio_bytes(lim: &Limits, in_page: u64, remaining: u64) -> u64 {
 
 /// Raw block device: builds, submits and waits for the bios. Returns the
 /// bytes of the good prefix (see the UAPI header on partial transfers).
-fn bdev_io(
-    file: &IoFile,
-    lim: &Limits,
-    pages: &PinRef,
-    off: u64,
-    pos: u64,
-    len: u64,
-    write: bool,
-) -> Result<u64> {
+fn bdev_io(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
+    let Span {
+        pages,
+        off,
+        pos,
+        len,
+        write,
+    } = *span;
     // Cached data of the range must not hide or shadow the bios' data.
     file.bdev_sync(pos, len)?;
     let page = PAGE_SIZE as u64;
@@ -423,7 +433,17 @@ fn bounce(
         if req.write {
             buf.copy_from(0, &mem.pages, at, n)?;
         }
-        let step = direct(file, lim, &buf, 0, req.file_offset + done, n, req.write);
+        let step = direct(
+            file,
+            lim,
+            &Span {
+                pages: &buf,
+                off: 0,
+                pos: req.file_offset + done,
+                len: n,
+                write: req.write,
+            },
+        );
         let (moved, z) = match step {
             Ok(r) => r,
             Err(e) if done == 0 => return Err(e),

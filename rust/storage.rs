@@ -310,18 +310,11 @@ fn direct(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<(u64, u64)> {
     if file.is_bdev() {
         return Ok((bdev_io(file, lim, span)?, 0));
     }
-    let Span {
-        pages,
-        off,
-        pos,
-        len,
-        write,
-    } = *span;
-    let bytes = file.rw(pages, off, len, pos, write)?;
-    let zeroed = if write || bytes == 0 {
+    let bytes = file.rw(span.pages, span.off, span.len, span.pos, span.write)?;
+    let zeroed = if span.write || bytes == 0 {
         0
     } else {
-        file.hole_bytes(pos, bytes).unwrap_or_else(|e| {
+        file.hole_bytes(span.pos, bytes).unwrap_or_else(|e| {
             if ffi::ratelimit() {
                 pr_info!("READ: holes of the file not counted ({:?})\n", e);
             }

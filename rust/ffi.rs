@@ -794,14 +794,16 @@ impl Drop for IoFile {
 ///
 /// # Invariants
 ///
-/// `raw` is a `struct p2pdirect_batch` owned here; it is waited for and
-/// freed exactly once (by `wait` or `Drop`), after which no bio refers to it.
+/// `raw` is a `struct p2pdirect_batch` owned here until `waited`: it is
+/// waited for and given back exactly once (by `wait`, else by `Drop`), after
+/// which no bio refers to it.
 /// Every bio submitted through it holds only pages of `pin`, on which the
 /// batch holds its own reference until its bios completed: even a forgotten
 /// batch cannot let the pages go while the device uses them.
 pub(crate) struct Batch {
     raw: NonNull<kernel::ffi::c_void>,
     pin: PinRef,
+    waited: bool,
 }
 
 impl Batch {
@@ -813,6 +815,7 @@ impl Batch {
         Ok(Self {
             raw: NonNull::new(b).ok_or(ENOMEM)?,
             pin: pin.clone_ref(),
+            waited: false,
         })
     }
 
@@ -835,14 +838,13 @@ impl Batch {
 
     /// Waits for every bio. `Ok` if all succeeded, else the error of the
     /// first failed bio and its byte offset in the I/O.
-    pub(crate) fn wait(self) -> core::result::Result<(), (Error, u64)> {
+    pub(crate) fn wait(mut self) -> core::result::Result<(), (Error, u64)> {
         let mut off = 0u64;
-        // SAFETY: the batch is valid; this waits for its bios and frees it.
+        // SAFETY: the batch is valid and not yet waited for (this consumes
+        // it); this waits for its bios and gives it back.
         let r = unsafe { shim::p2pdirect_batch_wait(self.raw.as_ptr(), &mut off) };
-        // The batch is freed: drop the pin reference only.
-        let me = core::mem::ManuallyDrop::new(self);
-        // SAFETY: `me.pin` is read once and never used again through `me`.
-        drop(unsafe { core::ptr::read(&me.pin) });
+        // INVARIANT: given back; `Drop` only releases the pin reference now.
+        self.waited = true;
         if r == 0 {
             Ok(())
         } else {
@@ -853,9 +855,12 @@ impl Batch {
 
 impl Drop for Batch {
     fn drop(&mut self) {
+        if self.waited {
+            return;
+        }
         let mut off = 0u64;
         // SAFETY: an unwaited batch: wait for its bios (they point to it)
-        // and free it; the pin reference goes after, with the fields.
+        // and give it back; the pin reference goes after, with the fields.
         unsafe { shim::p2pdirect_batch_wait(self.raw.as_ptr(), &mut off) };
     }
 }

@@ -6,7 +6,8 @@
 //! - Raw block devices: the engine builds the bios itself: allocated on the
 //!   namespace's block device, the device memory's P2PDMA pages added page
 //!   by page, each bio sized by the queue limits (max bytes, max segments,
-//!   logical block size), all submitted, then waited for together.
+//!   logical block size), all submitted, then waited for together. An I/O
+//!   that fits one bio uses one on-stack bio instead (no allocation).
 //! - Regular files: an O_DIRECT kiocb over a bvec iterator of the pages runs
 //!   through the file's `read_iter`/`write_iter`, so the file system maps the
 //!   blocks and builds the bios. Holes and unwritten extents read as zeros
@@ -157,7 +158,7 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
     };
     if let Err(provider) = reach {
         if req.flags & uapi::P2PDIRECT_IO_COMPAT == 0 {
-            return Err(unreachable(req, &lim, done.dma_pci, provider));
+            return Err(refuse_unreachable(req, &lim, done.dma_pci, provider));
         }
         let (bytes, zeroed) = bounce(&file, &lim, &mem, req, len)?;
         done.bytes = bytes;
@@ -237,8 +238,8 @@ fn resolve_memory(me: &OpenFile, req: &Request, lim: &Limits) -> Result<Memory> 
     let start = req.addr.checked_add(req.buf_offset).ok_or(EINVAL)?;
     let range = UserRange::new(start, req.size)?;
     // A range that starts in a device-memory mapping must end in it.
-    if ffi::user_devmem_offset(start, 1).is_some()
-        && ffi::user_devmem_offset(start, req.size).is_none()
+    if ffi::user_devmem_offset(start, req.size).is_none()
+        && ffi::user_devmem_offset(start, 1).is_some()
     {
         if ffi::ratelimit() {
             pr_info!(
@@ -268,7 +269,9 @@ fn resolve_memory(me: &OpenFile, req: &Request, lim: &Limits) -> Result<Memory> 
     })
 }
 
-fn unreachable(req: &Request, lim: &Limits, dma: u32, provider: u32) -> Error {
+/// The error (and a rate-limited message naming both devices) for memory
+/// the block device cannot reach.
+fn refuse_unreachable(req: &Request, lim: &Limits, dma: u32, provider: u32) -> Error {
     if lim.p2pdma == 0 {
         if ffi::ratelimit() {
             pr_info!(

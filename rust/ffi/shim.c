@@ -830,8 +830,9 @@ void p2pdirect_bio_submit(struct p2pdirect_batch *b, struct bio *bio, u64 io_off
 }
 
 /*
- * Waits for every bio of @b and frees it. Returns 0 or the error of the
- * first failed bio, whose I/O offset goes to *error_off (else U64_MAX).
+ * Waits for every bio of @b and puts it back on the free list. Returns 0 or
+ * the error of the first failed bio, whose I/O offset goes to *error_off
+ * (else U64_MAX).
  */
 int p2pdirect_batch_wait(struct p2pdirect_batch *b, u64 *error_off)
 {

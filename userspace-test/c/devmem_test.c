@@ -63,12 +63,6 @@ static void *map(int fd, struct p2pdirect_alloc *a)
 	return mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, a->mmap_offset);
 }
 
-static void pci_name(__u32 addr, char *buf, size_t len)
-{
-	snprintf(buf, len, "%04x:%02x:%02x.%u", addr >> 16, (addr >> 8) & 0xff,
-		 (addr >> 3) & 0x1f, addr & 7);
-}
-
 /* The serial number of the NVMe controller at a PCI address, or "". */
 static void nvme_serial(__u32 addr, char *buf, size_t len)
 {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Helpers shared by the C tests: finding the test VM's NVMe namespaces, and
- * the "fill" pattern the host writes into the test disks (ci/fill.py).
+ * Helpers shared by the C tests: finding the test VM's NVMe namespaces, PCI
+ * address names, and the "fill" pattern the host writes into the test disks
+ * (ci/fill.py).
  */
 #ifndef P2PDIRECT_TEST_NVME_H
 #define P2PDIRECT_TEST_NVME_H
@@ -111,6 +112,13 @@ static inline int find_nvme_nsid(unsigned long nsid, char *ns, size_t ns_len, ch
 	}
 	globfree(&g);
 	return found;
+}
+
+/* A PCI address (P2PDIRECT_PCI_ADDR: domain << 16 | bus << 8 | devfn) as dddd:bb:dd.f. */
+static inline void pci_name(uint32_t addr, char *buf, size_t len)
+{
+	snprintf(buf, len, "%04x:%02x:%02x.%u", addr >> 16, (addr >> 8) & 0xff,
+		 (addr >> 3) & 0x1f, addr & 7);
 }
 
 /*

@@ -63,12 +63,6 @@ struct dbuf {
 	const struct gpu *g;
 };
 
-static void pci_name(__u32 addr, char *buf, size_t len)
-{
-	snprintf(buf, len, "%04x:%02x:%02x.%u", addr >> 16, (addr >> 8) & 0xff,
-		 (addr >> 3) & 0x1f, addr & 7);
-}
-
 static int dbuf_new(int fd, const struct gpu *g, __u64 len, struct dbuf *b)
 {
 	memset(b, 0, sizeof(*b));

@@ -199,6 +199,15 @@ impl Drop for Buf<'_> {
     }
 }
 
+/// pwrite(2) or pread(2) of all of `s` at `off`.
+fn pio(file: &fs::File, s: &mut [u8], off: u64, write: bool) -> std::io::Result<usize> {
+    if write {
+        file.write_at(s, off)
+    } else {
+        file.read_at(s, off)
+    }
+}
+
 fn worker(
     ctx: &Ctx,
     path: Path,
@@ -216,7 +225,7 @@ fn worker(
             .map_err(|e| format!("ALLOC {bs}: {e}"))?;
         ctx.dev.map(&a).map_err(|e| format!("mmap: {e}"))
     };
-    let buf = match path {
+    let mut buf = match path {
         Path::P2pdirect | Path::DirectDevmem => Buf::Device(gpu_map()?),
         Path::Bounce | Path::Buffered => Buf::Host(AlignedBuf::new(bs as usize)?, gpu_map()?),
         Path::Ram => Buf::Ram(AlignedBuf::new(bs as usize)?),
@@ -270,16 +279,12 @@ fn worker(
     while Instant::now() < deadline || ops < 4 {
         let off = offs.next();
         let t0 = Instant::now();
-        let res = match &buf {
+        let res = match &mut buf {
             Buf::Device(m) if path == Path::DirectDevmem => {
-                // SAFETY: the device-memory mapping, only handed to the
-                // kernel as an I/O buffer (never dereferenced here).
+                // SAFETY: the device-memory mapping holds `bs` bytes; the
+                // slice is only handed to the kernel as an I/O buffer.
                 let s = unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), bs as usize) };
-                if wl.write {
-                    file.write_at(s, off)
-                } else {
-                    file.read_at(s, off)
-                }
+                pio(&file, s, off, wl.write)
             }
             Buf::Device(m) => {
                 let io = Io {
@@ -297,36 +302,21 @@ fn worker(
                 };
                 r.map(|d| d.bytes as usize)
             }
+            Buf::Host(h, m) if wl.write => {
+                let s = h.as_mut();
+                m.read(0, s).and_then(|_| file.write_at(s, off))
+            }
             Buf::Host(h, m) => {
-                if wl.write {
-                    // SAFETY: `h` is this worker's own buffer of `bs` bytes.
-                    let s = unsafe { std::slice::from_raw_parts_mut(h.as_ptr(), bs as usize) };
-                    m.read(0, s).and_then(|_| file.write_at(s, off))
-                } else {
-                    // SAFETY: as above.
-                    let s = unsafe { std::slice::from_raw_parts_mut(h.as_ptr(), bs as usize) };
-                    file.read_at(s, off)
-                        .and_then(|n| m.write(0, &s[..n]).map(|_| n))
-                }
+                let s = h.as_mut();
+                file.read_at(s, off)
+                    .and_then(|n| m.write(0, &s[..n]).map(|_| n))
             }
-            Buf::Ram(h) => {
-                // SAFETY: this worker's own buffer of `bs` bytes.
-                let s = unsafe { std::slice::from_raw_parts_mut(h.as_ptr(), bs as usize) };
-                if wl.write {
-                    file.write_at(s, off)
-                } else {
-                    file.read_at(s, off)
-                }
-            }
+            Buf::Ram(h) => pio(&file, h.as_mut(), off, wl.write),
             Buf::P2pmem(p, len) => {
-                // SAFETY: the p2pmem mapping, `len` bytes, only handed to the
-                // kernel as an I/O buffer (never dereferenced here).
+                // SAFETY: the p2pmem mapping holds `len` bytes; the slice is
+                // only handed to the kernel as an I/O buffer.
                 let s = unsafe { std::slice::from_raw_parts_mut(*p, *len) };
-                if wl.write {
-                    file.write_at(s, off)
-                } else {
-                    file.read_at(s, off)
-                }
+                pio(&file, s, off, wl.write)
             }
         };
         match res {

@@ -3,12 +3,7 @@
 //! buffers, a JSON writer (no dependencies), progress.
 
 use p2pdirect::{sys, Device, PciAddr, Provider};
-use std::{
-    fs,
-    io::Write,
-    os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
-    path::PathBuf,
-};
+use std::{fs, io::Write, os::unix::fs::OpenOptionsExt, path::PathBuf};
 
 /// Options shared by the commands.
 #[derive(Default, Debug)]
@@ -264,10 +259,6 @@ impl AlignedBuf {
         // SAFETY: as in `as_ref`; `&mut self` makes the borrow unique.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
-
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
 }
 
 impl Drop for AlignedBuf {
@@ -279,16 +270,10 @@ impl Drop for AlignedBuf {
     }
 }
 
-// SAFETY: plain heap memory.
-unsafe impl Send for AlignedBuf {}
-
 /// pwrite(2) of all of `buf` at `off`.
 pub fn pwrite_all(f: &fs::File, buf: &[u8], off: u64) -> Result<(), String> {
     use std::os::unix::fs::FileExt;
-    f.write_all_at(buf, off)
-        .map_err(|e| format!("pwrite: {e}"))?;
-    let _ = f.as_raw_fd();
-    Ok(())
+    f.write_all_at(buf, off).map_err(|e| format!("pwrite: {e}"))
 }
 
 pub fn count_diff(a: &[u8], b: &[u8]) -> usize {

@@ -7,8 +7,10 @@
 
 use crate::{
     devmem::{AllocInfo, Allocation},
+    error::refuse,
     ffi::{self, FileMapping},
     registration::{self, FileRegs},
+    sys::miscdev::OwnedMiscDevice,
 };
 use kernel::{
     fs::File,
@@ -19,12 +21,13 @@ use kernel::{
     sync::Mutex,
 };
 
-/// The registration the crate root holds.
-pub(crate) type Registration = MiscDeviceRegistration<OpenFile>;
+/// The registration the crate root holds: its open files (and so their
+/// mappings) hold the module, so `rmmod` fails with EBUSY while one lives.
+pub(crate) type Registration = OwnedMiscDevice<OpenFile>;
 
 /// Registers `/dev/p2pdirect`.
-pub(crate) fn register() -> impl PinInit<Registration, Error> {
-    MiscDeviceRegistration::register(MiscDeviceOptions { name: c"p2pdirect" })
+pub(crate) fn register(module: &'static ThisModule) -> impl PinInit<Registration, Error> {
+    OwnedMiscDevice::register(MiscDeviceOptions { name: c"p2pdirect" }, module)
 }
 
 /// State of one open file description of `/dev/p2pdirect`: what it owns is
@@ -80,15 +83,18 @@ impl OpenFile {
         registration::query(&self.regs.lock(), id)
     }
 
-    /// P2PDIRECT_IOC_FREE.
+    /// P2PDIRECT_IOC_FREE: revokes the memory from every user at once and
+    /// never waits (see devmem).
     pub(crate) fn free(&self, handle: u64) -> Result {
-        let mut allocs = self.allocs.lock();
-        let i = allocs
-            .iter()
-            .position(|a| a.handle == handle)
-            .ok_or(ENOENT)?;
-        allocs[i].try_free()?;
-        allocs.remove(i).map_err(|_| ENOENT)?;
+        let alloc = {
+            let mut allocs = self.allocs.lock();
+            let i = allocs
+                .iter()
+                .position(|a| a.handle() == handle)
+                .ok_or(ENOENT)?;
+            allocs.remove(i).map_err(|_| ENOENT)?
+        };
+        alloc.free();
         Ok(())
     }
 }
@@ -97,7 +103,7 @@ impl OpenFile {
 impl MiscDevice for OpenFile {
     type Ptr = Pin<KBox<Self>>;
 
-    fn open(_file: &File, _misc: &Registration) -> Result<Pin<KBox<Self>>> {
+    fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
         KBox::try_pin_init(
             try_pin_init!(OpenFile {
                 allocs <- new_mutex!(KVec::new()),
@@ -110,48 +116,39 @@ impl MiscDevice for OpenFile {
     fn release(me: Pin<KBox<Self>>, _file: &File) {
         // Own registrations first: they may pin this file's own memory.
         registration::drop_all(&mut me.regs.lock());
-        for a in me.allocs.lock().iter_mut() {
-            a.free_at_close();
+        let allocs = core::mem::take(&mut *me.allocs.lock());
+        for a in allocs {
+            a.free();
         }
     }
 
     /// Maps one allocation, named by the `mmap_offset` ALLOC returned, whole.
     fn mmap(me: Pin<&OpenFile>, _file: &File, vma: &VmaNew) -> Result {
         if !ffi::vma_may_share(vma) {
-            if ffi::ratelimit() {
-                pr_info!("mmap refused: device memory needs MAP_SHARED\n");
-            }
-            return Err(EINVAL);
+            refuse!(EINVAL, "mmap refused: device memory needs MAP_SHARED\n");
         }
         if vma.executable() {
-            if ffi::ratelimit() {
-                pr_info!("mmap refused: device memory is never executable\n");
-            }
-            return Err(EPERM);
+            refuse!(EPERM, "mmap refused: device memory is never executable\n");
         }
         vma.try_clear_mayexec()?;
         let offset = ffi::vma_offset(vma);
         let len = (vma.end() - vma.start()) as u64;
         let allocs = me.allocs.lock();
-        let Some(a) = allocs.iter().find(|a| a.mmap_offset() == offset) else {
-            if ffi::ratelimit() {
-                pr_info!(
-                    "mmap refused: offset {:#x} is no allocation of this file\n",
-                    offset
-                );
-            }
-            return Err(EINVAL);
+        let Some(a) = allocs.iter().find(|a| a.state.mmap_offset() == offset) else {
+            refuse!(
+                EINVAL,
+                "mmap refused: offset {:#x} is no allocation of this file\n",
+                offset
+            );
         };
-        if len != a.size {
-            if ffi::ratelimit() {
-                pr_info!(
-                    "mmap refused: length {:#x}, allocation {} is {:#x} bytes\n",
-                    len,
-                    a.handle,
-                    a.size
-                );
-            }
-            return Err(EINVAL);
+        if len != a.state.size {
+            refuse!(
+                EINVAL,
+                "mmap refused: length {:#x}, allocation {} is {:#x} bytes\n",
+                len,
+                a.handle(),
+                a.state.size
+            );
         }
         // Not inherited by fork, never grown by mremap, not in core dumps.
         vma.set_dontcopy();

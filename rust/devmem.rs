@@ -11,22 +11,35 @@
 //!   Each allocation comes from that driver's pool; its size is the BAR's,
 //!   and what is free is an upper bound (the owner allocates from it too).
 //!
-//! Lock order: `OpenFile::allocs` -> `Provider::inner` -> invalidation
-//! subscribers (peer_mem) -> a consumer's own lock. The global provider list
-//! (`ffi::providers()`) is taken alone, or before `Provider::inner`.
+//! An allocation is an [`AllocState`], reference-counted: its file's list,
+//! each VMA mapping it, and each claim on it (a registration, an I/O, a
+//! DMA_PROBE, through the peer-memory client) hold a reference. Its memory
+//! (`Backing`) lives inside it until it is revoked.
 //!
-//! Page lifetime: each allocation's pages carry one reference held by
-//! p2pdirect from ALLOC to FREE; a mapping or a pin adds more. Freeing first
-//! takes the memory away from everyone (registrations invalidated, user
-//! mappings zapped: later access gets SIGBUS), then waits a bounded time for
-//! transient pins (I/O in flight) and refuses with `EBUSY` if any remain, so
-//! memory is never returned to the pool while a device can still reach it.
+//! Revocation (FREE, the owner's close or exit, device removal) takes the
+//! memory away from everyone at once, and never waits: under the state's
+//! lock the backing is taken out (a page fault from then on is SIGBUS), the
+//! user mappings are zapped, and every subscriber (a registration) drops its
+//! pin. The backing then goes to the graveyard, from which [`reap`] gives it
+//! back to the provider once no page has a reference besides p2pdirect's own
+//! (an I/O in flight, or another driver's transient pin, still holds it).
+//! Reaping runs when a pin of p2pdirect's goes (end of an I/O, a registration
+//! dropped), before each ALLOC, and at device removal, which waits for it.
+//! The handle is free for reuse as soon as FREE returned; the memory only
+//! once reaped.
+//!
+//! Lock order (the whole module's is in `error.rs`): `OpenFile::allocs` ->
+//! graveyard -> `AllocState::inner` -> `Provider::inner`; the mmap lock is
+//! taken before `AllocState::inner` (page faults), never inside it.
 
 use crate::{
     ffi::{self, FileMapping, P2pMem, PciFunction},
+    peer_mem::Consumer,
     range_alloc::RangeAllocator,
+    sys::vma::{self, DeviceMapping, FaultSlot},
 };
 use kernel::{
+    id_pool::IdPool,
     mm::virt::VmaNew,
     new_mutex,
     page::PAGE_SIZE,
@@ -44,19 +57,18 @@ pub(crate) enum Kind {
     Published,
 }
 
-/// Where an allocation's mappings live, so teardown can zap them.
-pub(crate) struct MapInfo {
-    mapping: FileMapping,
-    mmap_offset: u64,
-}
-
 struct ProviderInner {
-    /// `Bar`: all of the BAR; `None` for `Published` and once the device is gone.
-    mem: Option<P2pMem>,
-    /// `Bar`: the allocated ranges. `Published`: unused.
-    ranges: RangeAllocator<MapInfo>,
+    /// `Bar`: all of the BAR; `None` for `Published` and once the device is
+    /// gone. Backings of its allocations hold references too.
+    mem: Option<Arc<P2pMem>>,
+    /// `Bar`: the allocated ranges (live and waiting to be reaped).
+    ranges: RangeAllocator<()>,
+    /// Allocations not yet reaped, live or revoked.
+    allocs: KVec<Arc<AllocState>>,
     /// `Published`: bytes p2pdirect allocated from the owner's pool.
     published_used: u64,
+    /// The device is going away: no new allocation.
+    gone: bool,
 }
 
 /// A device-memory provider.
@@ -80,10 +92,92 @@ pub(crate) struct Usage {
 }
 
 static NEXT_PROVIDER: Atomic<u32> = Atomic::new(0);
-/// Allocation ids are global so that mmap offsets, `id << MMAP_SHIFT`, never
-/// collide between files sharing the device node's address space.
-static NEXT_ALLOC: Atomic<u64> = Atomic::new(1);
 const MMAP_SHIFT: u32 = 40;
+/// Handles are below this: `handle << MMAP_SHIFT` is a valid file offset.
+const MAX_HANDLES: usize = 1 << 20;
+
+kernel::sync::global_lock! {
+    // SAFETY: `init` initialises it first thing in module init, before the
+    // PCI driver or the misc device that use it are registered.
+    unsafe(uninit) static PROVIDERS: Mutex<KVec<Arc<Provider>>> = KVec::new();
+}
+
+kernel::sync::global_lock! {
+    // SAFETY: as for `PROVIDERS`.
+    unsafe(uninit) static HANDLES: Mutex<Option<IdPool>> = None;
+}
+
+kernel::sync::global_lock! {
+    // SAFETY: as for `PROVIDERS`.
+    unsafe(uninit) static GRAVEYARD: Mutex<KVec<Arc<AllocState>>> = KVec::new();
+}
+
+/// The device-memory room's globals: set up first in module init, torn
+/// down last (after every provider and file went).
+///
+/// # Invariants
+///
+/// At most one exists (the module struct holds it), so the globals above
+/// are initialised exactly once, before any user.
+pub(crate) struct Globals(());
+
+impl Globals {
+    /// Initialises the globals. Only the module initializer calls this, once.
+    pub(crate) fn init() -> Result<Self> {
+        // SAFETY: called exactly once, from module init, before the PCI
+        // driver and the misc device that use them are registered.
+        unsafe {
+            PROVIDERS.init();
+            HANDLES.init();
+            GRAVEYARD.init();
+        }
+        *HANDLES.lock() = Some(IdPool::with_capacity(256, GFP_KERNEL)?);
+        Ok(Self(()))
+    }
+}
+
+impl Drop for Globals {
+    fn drop(&mut self) {
+        // Every file and device is gone: nothing is pinned any more.
+        reap_wait(None);
+        drop(core::mem::take(&mut *PROVIDERS.lock()));
+        drop(core::mem::take(&mut *GRAVEYARD.lock()));
+        drop(HANDLES.lock().take());
+    }
+}
+
+/// A handle from the pool, given back on drop unless kept.
+struct Handle(u64);
+
+impl Handle {
+    fn acquire() -> Result<Self> {
+        let mut guard = HANDLES.lock();
+        loop {
+            let pool = guard.as_mut().ok_or(ENODEV)?;
+            if let Some(id) = pool.find_unused_id(1) {
+                return Ok(Self(id.acquire() as u64));
+            }
+            if pool.capacity() >= MAX_HANDLES {
+                return Err(ENOSPC);
+            }
+            let req = pool.grow_request().ok_or(ENOSPC)?;
+            drop(guard);
+            let resizer = req.realloc(GFP_KERNEL)?;
+            guard = HANDLES.lock();
+            if let Some(pool) = guard.as_mut() {
+                pool.grow(resizer);
+            }
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(pool) = HANDLES.lock().as_mut() {
+            pool.release_id(self.0 as usize);
+        }
+    }
+}
 
 impl Provider {
     fn new(
@@ -92,7 +186,7 @@ impl Provider {
         bar: u32,
         size: u64,
         bus: u64,
-        mem: Option<P2pMem>,
+        mem: Option<Arc<P2pMem>>,
     ) -> Result<Arc<Self>> {
         let managed = if kind == Kind::Bar { size } else { 0 };
         Arc::pin_init(
@@ -106,7 +200,9 @@ impl Provider {
                 inner <- new_mutex!(ProviderInner {
                     mem,
                     ranges: RangeAllocator::new(managed),
+                    allocs: KVec::new(),
                     published_used: 0,
+                    gone: false,
                 }),
             }),
             GFP_KERNEL,
@@ -116,39 +212,41 @@ impl Provider {
     /// Registers `mem` (all of BAR `bar` of `pdev`) as a provider.
     pub(crate) fn register_bar(pdev: PciFunction, bar: u32, mem: P2pMem) -> Result<Arc<Self>> {
         let (size, bus) = (mem.size() as u64, mem.bus_addr(0));
+        let mem = Arc::new(mem, GFP_KERNEL)?;
         let provider = Self::new(Kind::Bar, pdev, bar, size, bus, Some(mem))?;
-        ffi::providers().push(provider.clone(), GFP_KERNEL)?;
+        PROVIDERS.lock().push(provider.clone(), GFP_KERNEL)?;
         Ok(provider)
     }
 
-    /// The device is going away: drop it from the list, take its memory away
-    /// from every user (mappings are zapped, registrations invalidated; later
-    /// access gets SIGBUS) and give the BAR back to the P2PDMA pool.
+    /// The device is going away: drop it from the list, revoke every
+    /// allocation (mappings zapped, registrations invalidated; later access
+    /// gets SIGBUS), wait until the last in-flight I/O let go of the pages,
+    /// and give the memory back to the P2PDMA pool.
     pub(crate) fn unregister(&self) {
-        ffi::providers().retain(|p| p.index != self.index);
-        // One lock hold from the first zap to the last release: no mmap or
-        // ALLOC can reach the memory in between.
+        PROVIDERS.lock().retain(|p| p.index != self.index);
+        self.revoke_all();
+        reap_wait(Some(self.index));
         let mut inner = self.inner.lock();
-        for r in inner.ranges.ranges() {
-            r.tag.mapping.zap(r.tag.mmap_offset, r.len);
-        }
-        let mut leaked = false;
-        if let Some(mem) = inner.mem.as_ref() {
-            for r in inner.ranges.ranges() {
-                let handle = handle_of_mmap_offset(r.tag.mmap_offset);
-                leaked |= !release_when_idle(mem, handle, r.start, r.len);
-            }
-        }
         inner.ranges.clear();
-        if leaked {
-            // Someone still pins pages: keeping the memory is the only safe choice.
-            pr_err!(
-                "provider {}: pages still pinned at removal; keeping its memory\n",
-                self.index
-            );
-            core::mem::forget(inner.mem.take());
-        } else {
-            inner.mem = None;
+        // Every backing was reaped: the provider's reference is the last.
+        inner.mem = None;
+    }
+
+    /// Revokes every allocation of the provider; no new one is made.
+    fn revoke_all(&self) {
+        let states = {
+            let mut inner = self.inner.lock();
+            inner.gone = true;
+            let mut v = KVec::new();
+            for s in inner.allocs.iter() {
+                // Best effort on allocation failure: the wait below would
+                // then be long, never unsafe (the memory stays ours).
+                let _ = v.push(s.clone(), GFP_ATOMIC);
+            }
+            v
+        };
+        for s in states.iter() {
+            s.revoke();
         }
     }
 
@@ -175,39 +273,48 @@ impl Provider {
 /// since the last look, and drops those whose driver withdrew it.
 pub(crate) fn refresh_published() -> Result {
     let found = PciFunction::with_published_p2pmem()?;
-    let mut list = ffi::providers();
-    list.retain(|p| p.kind != Kind::Published || p.pdev.has_published_p2pmem());
-    for f in found {
-        if list
-            .iter()
-            .any(|p| p.kind == Kind::Published && p.pdev.addr() == f.addr())
-        {
-            continue;
+    let mut withdrawn = KVec::new();
+    {
+        let mut list = PROVIDERS.lock();
+        let mut i = 0;
+        while i < list.len() {
+            if list[i].kind == Kind::Published && !list[i].pdev.has_published_p2pmem() {
+                withdrawn.push(list.remove(i)?, GFP_KERNEL)?;
+            } else {
+                i += 1;
+            }
         }
-        // One page tells which BAR the pool lives in; the owner may also have
-        // handed out everything, and then there is nothing to offer.
-        let Ok(probe) = P2pMem::alloc(f.clone_ref(), PAGE_SIZE) else {
-            continue;
-        };
-        let bus = probe.bus_addr(0);
-        drop(probe);
-        let Some((bar, start, len)) = f.bar_of_bus_addr(bus) else {
-            continue;
-        };
-        let provider = Provider::new(Kind::Published, f, bar, len, start, None)?;
-        list.push(provider, GFP_KERNEL)?;
+        for f in found {
+            if list
+                .iter()
+                .any(|p| p.kind == Kind::Published && p.pdev.addr() == f.addr())
+            {
+                continue;
+            }
+            // One page tells which BAR the pool lives in; the owner may also
+            // have handed out everything, and then there is nothing to offer.
+            let Ok(probe) = P2pMem::alloc(f.clone_ref(), PAGE_SIZE) else {
+                continue;
+            };
+            let bus = probe.bus_addr(0);
+            drop(probe);
+            let Some((bar, start, len)) = f.bar_of_bus_addr(bus) else {
+                continue;
+            };
+            let provider = Provider::new(Kind::Published, f, bar, len, start, None)?;
+            list.push(provider, GFP_KERNEL)?;
+        }
+    }
+    // Memory of a withdrawn provider is revoked (not waited for here).
+    for p in withdrawn.iter() {
+        p.revoke_all();
     }
     Ok(())
 }
 
-/// The allocation handle an mmap offset names.
-pub(crate) fn handle_of_mmap_offset(offset: u64) -> u64 {
-    offset >> MMAP_SHIFT
-}
-
 /// Finds a provider by index.
 pub(crate) fn provider(index: u32) -> Option<Arc<Provider>> {
-    let find = || ffi::providers().iter().find(|p| p.index == index).cloned();
+    let find = || PROVIDERS.lock().iter().find(|p| p.index == index).cloned();
     // A provider published since the last LIST is found on a second look.
     find().or_else(|| refresh_published().ok().and_then(|()| find()))
 }
@@ -215,7 +322,7 @@ pub(crate) fn provider(index: u32) -> Option<Arc<Provider>> {
 /// Every provider now, by index.
 pub(crate) fn providers() -> Result<KVec<Arc<Provider>>> {
     refresh_published()?;
-    let list = ffi::providers();
+    let list = PROVIDERS.lock();
     let mut out = KVec::with_capacity(list.len(), GFP_KERNEL)?;
     for p in list.iter() {
         out.push(p.clone(), GFP_KERNEL)?;
@@ -223,36 +330,191 @@ pub(crate) fn providers() -> Result<KVec<Arc<Provider>>> {
     Ok(out)
 }
 
-/// Tells every consumer of allocation `handle` to let go, then waits
-/// (bounded) for transient pins, e.g. an O_DIRECT request in flight, to end
-/// and drops p2pdirect's page references on `mem[start..][..len]`. False if
-/// they never ended. Invalidation is repeated on each try, so a consumer that
-/// subscribed while pinning (REGISTER racing FREE) is caught as well.
-fn release_when_idle(mem: &P2pMem, handle: u64, start: u64, len: u64) -> bool {
-    let (Ok(start), Ok(len)) = (usize::try_from(start), usize::try_from(len)) else {
-        return false;
-    };
-    for _ in 0..100 {
-        crate::peer_mem::invalidate(handle);
-        if mem.try_release(start, len).is_ok() {
-            return true;
-        }
-        ffi::msleep(100);
-    }
-    false
+/// Where an allocation's memory is.
+enum Backing {
+    /// Bytes `start..start + size` of the provider's BAR memory.
+    Bar { mem: Arc<P2pMem>, start: usize },
+    /// Memory taken from the owner's pool for this allocation, used from
+    /// `skip` on (alignment).
+    Published { own: P2pMem, skip: usize },
 }
 
-/// An allocation, owned by the open file that made it.
-pub(crate) struct Allocation {
-    pub(crate) handle: u64,
-    provider: Arc<Provider>,
-    /// Offset within the provider's memory (`Bar`) or within `own` (`Published`).
-    start: u64,
-    pub(crate) size: u64,
-    /// `Published`: the memory taken from the owner's pool for this allocation.
-    own: Option<P2pMem>,
-    /// Where the allocation's user mappings live.
+impl Backing {
+    fn mem(&self) -> (&P2pMem, usize) {
+        match self {
+            Backing::Bar { mem, start } => (mem, *start),
+            Backing::Published { own, skip } => (own, *skip),
+        }
+    }
+}
+
+struct Live {
+    backing: Backing,
+    /// Where the allocation's user mappings live, to zap them.
     mapping: FileMapping,
+}
+
+struct StateInner {
+    /// The memory, until revoked.
+    live: Option<Live>,
+    /// Revoked memory waiting for its last pin (reaped by the graveyard).
+    dead: Option<Backing>,
+    /// Told when the memory is revoked.
+    subscribers: KVec<Arc<dyn Consumer>>,
+}
+
+/// One allocation (see the module documentation for its lifetime).
+#[pin_data]
+pub(crate) struct AllocState {
+    pub(crate) handle: u64,
+    pub(crate) size: u64,
+    pub(crate) provider: Arc<Provider>,
+    #[pin]
+    inner: Mutex<StateInner>,
+}
+
+impl AllocState {
+    pub(crate) fn mmap_offset(&self) -> u64 {
+        self.handle << MMAP_SHIFT
+    }
+
+    /// Whether the memory is still there.
+    pub(crate) fn is_live(&self) -> bool {
+        self.inner.lock().live.is_some()
+    }
+
+    /// Tells `consumer` when the memory goes; `EFAULT` if it already went
+    /// (the range was freed under the caller).
+    pub(crate) fn subscribe(&self, consumer: Arc<dyn Consumer>) -> Result {
+        let mut inner = self.inner.lock();
+        if inner.live.is_none() {
+            return Err(EFAULT);
+        }
+        inner.subscribers.push(consumer, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Ends the subscription of consumer `id`.
+    pub(crate) fn unsubscribe(&self, id: u64) {
+        self.inner
+            .lock()
+            .subscribers
+            .retain(|s| s.consumer_id() != id);
+    }
+
+    /// Whether every page of `pin` lies in this allocation's memory (a
+    /// mapping replaced between the lookup and the pin is caught here).
+    pub(crate) fn holds(&self, pin: &ffi::UserPin) -> bool {
+        let inner = self.inner.lock();
+        let Some(live) = inner.live.as_ref() else {
+            return false;
+        };
+        let (mem, start) = live.backing.mem();
+        pin.within(mem, start, self.size as usize)
+    }
+
+    /// Takes the memory away from everyone (see the module documentation)
+    /// and hands it to the graveyard. Idempotent; never waits.
+    pub(crate) fn revoke(self: &Arc<Self>) {
+        let (live, subscribers) = {
+            let mut inner = self.inner.lock();
+            let Some(live) = inner.live.take() else {
+                return;
+            };
+            (live, core::mem::take(&mut inner.subscribers))
+        };
+        live.mapping.zap(self.mmap_offset(), self.size);
+        for s in subscribers.iter() {
+            s.invalidate();
+        }
+        drop(subscribers);
+        self.inner.lock().dead = Some(live.backing);
+        // On allocation failure the state stays in its provider's list,
+        // where removal (or module exit) still finds and reaps it.
+        let _ = GRAVEYARD.lock().push(self.clone(), GFP_KERNEL);
+        reap();
+    }
+
+    /// Gives the memory back if nothing but p2pdirect references its pages.
+    fn try_reap(&self) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(dead) = inner.dead.as_ref() else {
+            return inner.live.is_none();
+        };
+        let (mem, start) = dead.mem();
+        if mem.try_release(start, self.size as usize).is_err() {
+            return false;
+        }
+        let dead = inner.dead.take();
+        drop(inner);
+        let mut p = self.provider.inner.lock();
+        match dead {
+            Some(Backing::Bar { start, .. }) => {
+                let _ = p.ranges.free(start as u64);
+            }
+            Some(Backing::Published { .. }) => {
+                p.published_used = p.published_used.saturating_sub(self.size)
+            }
+            None => {}
+        }
+        p.allocs.retain(|s| !core::ptr::eq(&**s, self));
+        true
+    }
+}
+
+impl DeviceMapping for AllocState {
+    fn fault(&self, offset: u64, slot: FaultSlot<'_>) -> bool {
+        let Some(off) = offset.checked_sub(self.mmap_offset()) else {
+            return false;
+        };
+        if off >= self.size {
+            return false;
+        }
+        let inner = self.inner.lock();
+        let Some(live) = inner.live.as_ref() else {
+            return false;
+        };
+        let (mem, start) = live.backing.mem();
+        mem.insert_page(start + off as usize, slot).is_ok()
+    }
+}
+
+/// Gives back revoked memory whose pages nobody references any more.
+pub(crate) fn reap() {
+    let mut graves = GRAVEYARD.lock();
+    graves.retain(|s| !s.try_reap());
+}
+
+/// Reaps until nothing of `provider` (of any provider: `None`) is left,
+/// sleeping between tries without a lock held: the pins it waits for are an
+/// I/O in flight or another driver's transient pin, which end by themselves.
+fn reap_wait(provider: Option<u32>) {
+    let mut waited = 0u32;
+    loop {
+        reap();
+        let left = GRAVEYARD
+            .lock()
+            .iter()
+            .filter(|s| provider.is_none_or(|p| s.provider.index == p))
+            .count();
+        if left == 0 {
+            return;
+        }
+        if waited % 100 == 99 {
+            pr_warn!(
+                "{} freed allocation(s) still pinned by I/O; waiting for it to end\n",
+                left
+            );
+        }
+        waited += 1;
+        ffi::msleep(10);
+    }
+}
+
+/// An allocation, as its file owns it.
+pub(crate) struct Allocation {
+    pub(crate) state: Arc<AllocState>,
+    _handle: Handle,
 }
 
 /// What ALLOC reports.
@@ -265,12 +527,13 @@ pub(crate) struct AllocInfo {
 }
 
 impl Allocation {
-    pub(crate) fn mmap_offset(&self) -> u64 {
-        self.handle << MMAP_SHIFT
+    pub(crate) fn handle(&self) -> u64 {
+        self.state.handle
     }
 
     /// Carves `size` bytes (rounded up to pages) aligned to `align` (0: page)
-    /// out of `provider`, for the file whose address space is `mapping`.
+    /// out of `provider`, zeroed, for the file whose address space is
+    /// `mapping`. A refused ALLOC takes nothing (no handle, no memory).
     pub(crate) fn new(
         provider: Arc<Provider>,
         size: u64,
@@ -282,125 +545,162 @@ impl Allocation {
             return Err(EINVAL);
         }
         let size = size.checked_next_multiple_of(page).ok_or(ENOMEM)?;
-        if size >= 1 << MMAP_SHIFT {
+        if size > provider.bar_size {
             return Err(ENOMEM);
         }
         let align = align.max(page);
-        let handle = NEXT_ALLOC.fetch_add(1, Relaxed);
-        if handle >= 1 << (63 - MMAP_SHIFT) {
-            return Err(ENOSPC);
-        }
-        let mmap_offset = handle << MMAP_SHIFT;
-        let (start, own, info) = match provider.kind {
+        // Memory freed earlier may be waiting for its last pin to go.
+        reap();
+        let (backing, bus, provider_offset) = match provider.kind {
             Kind::Bar => {
                 let mut inner = provider.inner.lock();
-                let inner = &mut *inner;
-                let mem = inner.mem.as_ref().ok_or(ENODEV)?;
-                let start = inner.ranges.alloc(
-                    size,
-                    align,
-                    MapInfo {
-                        mapping: mapping.clone(),
-                        mmap_offset,
-                    },
-                )?;
+                if inner.gone {
+                    return Err(ENODEV);
+                }
+                let mem = inner.mem.clone().ok_or(ENODEV)?;
+                let start = inner.ranges.alloc(size, align, ())?;
                 // Bounded by the BAR size, which is a usize.
-                if let Err(e) = mem.hold(start as usize, size as usize) {
+                let (s, l) = (start as usize, size as usize);
+                if let Err(e) = mem.hold(s, l) {
                     let _ = inner.ranges.free(start);
                     return Err(e);
                 }
-                let bus = mem.bus_addr(start as usize);
-                (start, None, (bus, start))
+                let bus = mem.bus_addr(s);
+                (Backing::Bar { mem, start: s }, bus, start)
             }
             Kind::Published => {
-                if !provider.pdev.has_published_p2pmem() {
+                if !provider.pdev.has_published_p2pmem() || provider.inner.lock().gone {
                     return Err(ENODEV);
                 }
-                if size > provider.bar_size || align > provider.bar_size {
+                if align > provider.bar_size {
                     return Err(ENOMEM);
                 }
                 // The owner's pool aligns to pages only: take enough to align within.
                 let total = usize::try_from(size + align - page).map_err(|_| ENOMEM)?;
-                let mem = P2pMem::alloc(provider.pdev.clone_ref(), total)?;
-                let first = mem.bus_addr(0);
-                let skip = first.next_multiple_of(align) - first;
-                mem.hold(skip as usize, size as usize)?;
-                let bus = first + skip;
+                let own = P2pMem::alloc(provider.pdev.clone_ref(), total)?;
+                let first = own.bus_addr(0);
+                let skip = (first.next_multiple_of(align) - first) as usize;
+                own.hold(skip, size as usize)?;
+                let bus = first + skip as u64;
                 provider.inner.lock().published_used += size;
-                (skip, Some(mem), (bus, bus - provider.bus_addr))
+                (
+                    Backing::Published { own, skip },
+                    bus,
+                    bus - provider.bus_addr,
+                )
             }
         };
+        // The previous owner's data never shows (GPU drivers zero between
+        // processes too).
+        let (mem, start) = backing.mem();
+        mem.zero(start, size as usize);
+        let state = {
+            let handle = Handle::acquire();
+            let state = handle.and_then(|h| {
+                let s = Arc::pin_init(
+                    pin_init!(AllocState {
+                        handle: h.0,
+                        size,
+                        provider: provider.clone(),
+                        inner <- new_mutex!(StateInner {
+                            live: None,
+                            dead: None,
+                            subscribers: KVec::new(),
+                        }),
+                    }),
+                    GFP_KERNEL,
+                )?;
+                Ok((h, s))
+            });
+            match state {
+                Ok(s) => s,
+                Err(e) => {
+                    undo(&provider, backing, size);
+                    return Err(e);
+                }
+            }
+        };
+        let (handle, state) = state;
+        {
+            let mut p = provider.inner.lock();
+            if let Err(e) = p.allocs.push(state.clone(), GFP_KERNEL) {
+                drop(p);
+                undo(&provider, backing, size);
+                return Err(e.into());
+            }
+        }
+        state.inner.lock().live = Some(Live { backing, mapping });
         let info = AllocInfo {
-            handle,
+            handle: state.handle,
             size,
-            mmap_offset,
-            bus_addr: info.0,
-            provider_offset: info.1,
+            mmap_offset: state.mmap_offset(),
+            bus_addr: bus,
+            provider_offset,
         };
         Ok((
             Self {
-                handle,
-                provider,
-                start,
-                size,
-                own,
-                mapping,
+                state,
+                _handle: handle,
             },
             info,
         ))
     }
 
-    /// Frees the allocation: takes the memory away from every user first
-    /// (registrations invalidated, mappings zapped), then returns it unless a
-    /// transient pin outlives a bounded wait (`EBUSY`; the allocation stays).
-    pub(crate) fn try_free(&mut self) -> Result {
-        self.mapping.zap(self.mmap_offset(), self.size);
-        if let Some(own) = self.own.take() {
-            if !release_when_idle(&own, self.handle, self.start, self.size) {
-                self.own = Some(own);
-                return Err(EBUSY);
-            }
-            drop(own);
-            self.provider.inner.lock().published_used -= self.size;
-            return Ok(());
-        }
-        let mut inner = self.provider.inner.lock();
-        let inner = &mut *inner;
-        if let Some(mem) = inner.mem.as_ref() {
-            if !release_when_idle(mem, self.handle, self.start, self.size) {
-                return Err(EBUSY);
-            }
-            inner.ranges.free(self.start)?;
-        }
-        // Without memory the provider already took everything back.
-        Ok(())
-    }
-
-    /// Frees the allocation at close or exit. If a pin outlives the wait the
-    /// memory is never reused: the pool must not get pinned pages back.
-    pub(crate) fn free_at_close(&mut self) {
-        if self.try_free().is_err() {
-            self.leaked();
-            core::mem::forget(self.own.take());
-        }
-    }
-
-    fn leaked(&self) {
-        pr_err!(
-            "provider {}: allocation {} still pinned at close; its memory is not reused\n",
-            self.provider.index,
-            self.handle
-        );
+    /// Frees the allocation: revokes it (never waits); the handle is free
+    /// again when this returns, the memory once its last pin went.
+    pub(crate) fn free(self) {
+        self.state.revoke();
     }
 
     /// Maps the allocation into `vma` (which must cover exactly its size).
     pub(crate) fn map(&self, vma: &VmaNew) -> Result {
-        let (start, size) = (self.start as usize, self.size as usize);
-        if let Some(own) = self.own.as_ref() {
-            return own.map_into(vma, start, size);
+        {
+            let inner = self.state.inner.lock();
+            let live = inner.live.as_ref().ok_or(ENODEV)?;
+            let (mem, start) = live.backing.mem();
+            mem.map_into(vma, start, self.state.size as usize)?;
         }
-        let inner = self.provider.inner.lock();
-        let mem = inner.mem.as_ref().ok_or(ENODEV)?;
-        mem.map_into(vma, start, size)
+        vma::install(vma, self.state.clone());
+        Ok(())
+    }
+}
+
+/// Gives back the memory of an ALLOC that failed after taking it.
+fn undo(provider: &Provider, backing: Backing, size: u64) {
+    let (mem, start) = backing.mem();
+    let _ = mem.try_release(start, size as usize);
+    let mut p = provider.inner.lock();
+    match backing {
+        Backing::Bar { start, .. } => {
+            let _ = p.ranges.free(start as u64);
+        }
+        Backing::Published { .. } => p.published_used = p.published_used.saturating_sub(size),
+    }
+}
+
+/// The allocation of p2pdirect's own memory that `[addr, addr + len)` of the
+/// calling process lies in, with the range's offset in it. `Ok(None)` if the
+/// range is not p2pdirect's memory at all; `EFAULT` if it lies partly in a
+/// mapping of it (runs past its end, into another allocation or another
+/// kind of memory).
+pub(crate) fn user_range(addr: u64, len: u64) -> Result<Option<(Arc<AllocState>, u64)>> {
+    match vma::lookup::<AllocState>(addr, len) {
+        vma::Lookup::Elsewhere => Ok(None),
+        vma::Lookup::Inside(state, file_off) => {
+            let off = file_off.checked_sub(state.mmap_offset()).ok_or(EFAULT)?;
+            if off.checked_add(len).is_none_or(|end| end > state.size) {
+                return Err(EFAULT);
+            }
+            Ok(Some((state, off)))
+        }
+        vma::Lookup::Straddles => {
+            crate::error::refuse!(
+                EFAULT,
+                "{:#x}+{:#x} runs out of a device-memory mapping (into other memory or \
+                 another allocation)\n",
+                addr,
+                len
+            )
+        }
     }
 }

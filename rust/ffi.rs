@@ -52,6 +52,15 @@ mod shim {
             kaddr: *mut c_void,
             len: usize,
         ) -> c_int;
+        pub(super) fn p2pdirect_vm_insert_one(
+            vma: *mut vm_area_struct,
+            addr: kernel::ffi::c_ulong,
+            kaddr: *mut c_void,
+        ) -> c_int;
+        pub(super) fn p2pdirect_pin_within(pin: *mut c_void, kaddr: *mut c_void, len: usize) -> bool;
+        pub(super) fn p2pdirect_rw_verify(f: *mut file, pos: u64, len: u64, write: bool) -> c_int;
+        pub(super) fn p2pdirect_fsnotify(f: *mut file, write: bool);
+        pub(super) fn p2pdirect_dio_falls_back(f: *mut file) -> bool;
         pub(super) fn p2pdirect_file_mapping(file: *mut file) -> *mut address_space;
         pub(super) fn p2pdirect_unmap_mapping(mapping: *mut address_space, off: i64, len: i64);
         pub(super) fn p2pdirect_vma_pgoff(vma: *mut vm_area_struct) -> kernel::ffi::c_ulong;
@@ -59,8 +68,6 @@ mod shim {
         pub(super) fn p2pdirect_vma_may_share(vma: *mut vm_area_struct) -> bool;
         pub(super) fn p2pdirect_next_published(prev: *mut pci_dev) -> *mut pci_dev;
         pub(super) fn p2pdirect_has_published_p2pmem(pdev: *mut pci_dev) -> bool;
-        pub(super) fn p2pdirect_user_range_is_devmem(addr: u64, len: u64, offset: *mut u64)
-            -> bool;
         pub(super) fn p2pdirect_user_addr_is_p2pdma(addr: u64) -> c_int;
         pub(super) fn p2pdirect_pin_user(addr: u64, len: u64, write: bool) -> *mut c_void;
         pub(super) fn p2pdirect_pin_is_p2pdma(pin: *mut c_void) -> bool;
@@ -142,28 +149,10 @@ mod shim {
 }
 
 kernel::sync::global_lock! {
-    // SAFETY: `init_globals` initialises it first thing in module init, before
-    // the PCI driver or the misc device that use it are registered.
-    pub(crate) unsafe(uninit) static PROVIDERS: Mutex<KVec<Arc<crate::devmem::Provider>>> = KVec::new();
-}
-
-kernel::sync::global_lock! {
     // SAFETY: `Globals::init` initialises it first thing in module init,
     // before the misc device that uses it is registered.
     pub(crate) unsafe(uninit) static PEER_CLIENTS: Mutex<crate::peer_mem::Registry> =
         crate::peer_mem::Registry::new();
-}
-
-kernel::sync::global_lock! {
-    // SAFETY: `Globals::init` initialises it first thing in module init,
-    // before the misc device that uses it is registered.
-    pub(crate) unsafe(uninit) static CONSUMERS: Mutex<KVec<crate::peer_mem::Subscription>> =
-        KVec::new();
-}
-
-/// Consumers subscribed to invalidation of p2pdirect's memory (peer_mem).
-pub(crate) fn consumers() -> kernel::sync::GlobalGuard<CONSUMERS> {
-    CONSUMERS.lock()
 }
 
 /// The peer-memory client registry (a leaf lock: clients only take the mmap lock).
@@ -188,19 +177,15 @@ pub(crate) fn stats() -> kernel::sync::GlobalGuard<STATS> {
 /// # Invariants
 ///
 /// At most one `Globals` is ever created (the module struct holds it), so
-/// `PROVIDERS` is initialised exactly once, before any user.
+/// the globals are initialised exactly once, before any user.
 pub(crate) struct Globals(());
 
 impl Globals {
     /// Initialises the globals. Only the module initializer calls this, once.
     pub(crate) fn init() -> Self {
-        // SAFETY: called exactly once, from module init, before the PCI driver
-        // and the misc device that use `PROVIDERS` are registered.
-        unsafe { PROVIDERS.init() };
-        // SAFETY: as above, for the peer-memory registry.
+        // SAFETY: called exactly once, from module init, before the misc
+        // device that uses the peer-memory registry is registered.
         unsafe { PEER_CLIENTS.init() };
-        // SAFETY: as above, for the invalidation subscribers.
-        unsafe { CONSUMERS.init() };
         // SAFETY: as above, for the statistics.
         unsafe { STATS.init() };
         Self(())
@@ -209,10 +194,7 @@ impl Globals {
 
 impl Drop for Globals {
     fn drop(&mut self) {
-        // Statics are never dropped: free the lists' buffers here, after the
-        // PCI driver's unregistration emptied the provider list.
-        drop(core::mem::take(&mut *PROVIDERS.lock()));
-        drop(core::mem::take(&mut *CONSUMERS.lock()));
+        // Statics are never dropped: free the buffers here.
         drop(core::mem::replace(
             &mut *STATS.lock(),
             crate::stats::Table::new(),
@@ -222,11 +204,6 @@ impl Drop for Globals {
             crate::peer_mem::Registry::new(),
         ));
     }
-}
-
-/// The registry of device-memory providers (see devmem's lock order).
-pub(crate) fn providers() -> kernel::sync::GlobalGuard<PROVIDERS> {
-    PROVIDERS.lock()
 }
 
 /// Whether a rate-limited message may be printed now (10 per 5 s).
@@ -406,28 +383,6 @@ impl DmaDevice {
     }
 }
 
-/// `EREMOTEIO` (not among the kernel crate's error codes): the DMA device
-/// cannot reach the memory.
-pub(crate) fn eremoteio() -> Error {
-    Error::from_errno(-(bindings::EREMOTEIO as i32))
-}
-
-/// `ESTALE` (not among the kernel crate's error codes): a registration
-/// whose memory went away.
-pub(crate) fn estale() -> Error {
-    Error::from_errno(-(bindings::ESTALE as i32))
-}
-
-/// `EOPNOTSUPP` (not among the kernel crate's error codes).
-pub(crate) fn eopnotsupp() -> Error {
-    Error::from_errno(-(bindings::EOPNOTSUPP as i32))
-}
-
-/// `EDQUOT` (not among the kernel crate's error codes): over a quota.
-pub(crate) fn edquot() -> Error {
-    Error::from_errno(-(bindings::EDQUOT as i32))
-}
-
 /// Decodes a C `ERR_PTR`-or-pointer return.
 fn ptr_or_err<T>(p: *mut T) -> Result<NonNull<T>> {
     let v = p as isize;
@@ -435,15 +390,6 @@ fn ptr_or_err<T>(p: *mut T) -> Result<NonNull<T>> {
         return Err(Error::from_errno(v as i32));
     }
     NonNull::new(p).ok_or(ENOMEM)
-}
-
-/// If `[addr, addr + len)` of the calling process lies in one mapping of
-/// p2pdirect device memory: the device-file offset that mapping starts at.
-pub(crate) fn user_devmem_offset(addr: u64, len: u64) -> Option<u64> {
-    let mut offset = 0u64;
-    // SAFETY: looks up the current process's VMAs under its mmap lock; the
-    // out pointer is to our local.
-    unsafe { shim::p2pdirect_user_range_is_devmem(addr, len, &mut offset) }.then_some(offset)
 }
 
 /// Whether the page at user address `addr` of the calling process is
@@ -517,6 +463,15 @@ impl UserPin {
             out.push(crate::peer_mem::DmaSeg { addr: *a, len: *l }, GFP_KERNEL)?;
         }
         Ok(out)
+    }
+
+    /// Whether every pinned page lies in `len` bytes of `mem` from `off`.
+    pub(crate) fn within(&self, mem: &P2pMem, off: usize, len: usize) -> bool {
+        let Ok(p) = mem.range(off, len) else {
+            return false;
+        };
+        // SAFETY: the pin is valid; `p..p + len` lies in `mem` (checked).
+        unsafe { shim::p2pdirect_pin_within(self.0.as_ptr(), p, len) }
     }
 
     /// Undoes `dma_map` (nothing if not mapped).
@@ -721,6 +676,28 @@ impl IoFile {
     pub(crate) fn bdev_sync(&self, pos: u64, len: u64) -> Result {
         // SAFETY: the file is valid.
         kernel::error::to_result(unsafe { shim::p2pdirect_bdev_sync(self.file.as_ptr(), pos, len) })
+    }
+
+    /// Raw block devices: the checks read(2)/write(2) make of a range
+    /// (`rw_verify_area`: offsets, LSM, fanotify permission events).
+    pub(crate) fn rw_verify(&self, pos: u64, len: u64, write: bool) -> Result {
+        // SAFETY: the file is valid (type invariant).
+        kernel::error::to_result(unsafe {
+            shim::p2pdirect_rw_verify(self.file.as_ptr(), pos, len, write)
+        })
+    }
+
+    /// The access or modify event read(2)/write(2) send after moving data.
+    pub(crate) fn notify(&self, write: bool) {
+        // SAFETY: the file is valid (type invariant).
+        unsafe { shim::p2pdirect_fsnotify(self.file.as_ptr(), write) };
+    }
+
+    /// Files: whether the file system serves O_DIRECT on this file through
+    /// the page cache (CPU copies), e.g. ext4 with journalled data.
+    pub(crate) fn dio_falls_back(&self) -> bool {
+        // SAFETY: the file is valid (type invariant).
+        unsafe { shim::p2pdirect_dio_falls_back(self.file.as_ptr()) }
     }
 
     /// Raw block devices: drops cached data of the range (after a write).
@@ -984,6 +961,24 @@ impl P2pMem {
         // SAFETY: as above, and every page holds only our reference.
         unsafe { shim::p2pdirect_pages_release(p, len) };
         Ok(())
+    }
+
+    /// Fills `len` bytes at `off` with zeros, through the CPU.
+    pub(crate) fn zero(&self, off: usize, len: usize) {
+        if let Ok(p) = self.range(off, len) {
+            // SAFETY: `p..p + len` is this allocation's memory (checked),
+            // mapped in the kernel's address space by the P2PDMA core.
+            unsafe { core::ptr::write_bytes(p.cast::<u8>(), 0, len) };
+        }
+    }
+
+    /// Maps the page at `off` where a fault on one of its mappings waits.
+    pub(crate) fn insert_page(&self, off: usize, slot: crate::sys::vma::FaultSlot<'_>) -> Result {
+        let p = self.range(off - off % PAGE_SIZE, PAGE_SIZE)?;
+        let (vma, addr) = slot.target();
+        // SAFETY: `vma` is faulting (the slot's invariant) and the page is
+        // this allocation's, which the caller keeps from going away.
+        kernel::error::to_result(unsafe { shim::p2pdirect_vm_insert_one(vma, addr as _, p) })
     }
 
     /// Maps `len` bytes at `off` into the whole of `vma`.

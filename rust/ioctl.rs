@@ -5,14 +5,49 @@
 //! A command number encodes direction and argument size, so matching the whole
 //! number refuses a caller built against another layout with `ENOTTY` before
 //! any byte of its argument is read.
+//!
+//! Every argument is read and written back unchanged before the command
+//! acts ([`arg`]), so that an argument the result cannot be copied into
+//! (read-only memory) fails with `EFAULT` before anything happened.
+//!
+//! Open mode: a file opened read-only may only look (GET_VERSION,
+//! LIST_PROVIDERS, STATS without RESET); everything that takes resources,
+//! moves data or resets counters needs a writable open (`EBADF`, as write(2)
+//! on a read-only descriptor).
 
 use crate::{
     chardev::OpenFile,
     devmem::Kind,
+    error::{eremoteio, refuse},
     ffi::{self, uapi},
-    peer_mem::UserRange,
+    peer_mem::{self, UserRange},
 };
-use kernel::{fs::File, ioctl, prelude::*};
+use kernel::{
+    fs::{file::flags, File},
+    ioctl,
+    prelude::*,
+    transmute::{AsBytes, FromBytes},
+};
+
+/// Reads the argument of a command and writes it back as it was: `EFAULT`
+/// unless it is readable and writable, before the command does anything.
+fn arg<T: FromBytes + AsBytes>(arg: usize) -> Result<T> {
+    let v: T = ffi::copy_from_user(arg)?;
+    ffi::copy_to_user(arg, &v)?;
+    Ok(v)
+}
+
+/// Whether `cmd` may run on a file opened read-only.
+fn read_only_ok(cmd: u32, arg: usize) -> Result<bool> {
+    Ok(match cmd {
+        uapi::P2PDIRECT_IOC_GET_VERSION | uapi::P2PDIRECT_IOC_LIST_PROVIDERS => true,
+        uapi::P2PDIRECT_IOC_STATS => {
+            let req: uapi::p2pdirect_stats = ffi::copy_from_user(arg)?;
+            req.flags & uapi::P2PDIRECT_STATS_RESET == 0
+        }
+        _ => false,
+    })
+}
 
 /// The command number `_IOWR(magic, base + nr, T)`.
 const fn iowr<T>(nr: u32) -> u32 {
@@ -39,6 +74,16 @@ const _: () = assert!(uapi::P2PDIRECT_IOC_STATS == iowr::<uapi::p2pdirect_stats>
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
+    if file.flags() & flags::O_ACCMODE == flags::O_RDONLY && !read_only_ok(cmd, arg)? {
+        if ioctl::_IOC_TYPE(cmd) != u32::from(uapi::P2PDIRECT_IOCTL_MAGIC) {
+            return Err(unknown(cmd));
+        }
+        refuse!(
+            EBADF,
+            "ioctl 0x{:08x} needs /dev/p2pdirect opened for writing (O_RDWR)\n",
+            cmd
+        );
+    }
     match cmd {
         uapi::P2PDIRECT_IOC_GET_VERSION => get_version(arg),
         uapi::P2PDIRECT_IOC_LIST_PROVIDERS => list_providers(arg),
@@ -56,7 +101,7 @@ pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Resu
 }
 
 fn list_providers(arg: usize) -> Result<isize> {
-    let mut req: uapi::p2pdirect_list_providers = ffi::copy_from_user(arg)?;
+    let mut req: uapi::p2pdirect_list_providers = self::arg(arg)?;
     let providers = crate::devmem::providers()?;
     let nvmes = ffi::PciFunction::nvme_controllers()?;
     let room = (req.capacity as usize).min(providers.len());
@@ -101,7 +146,7 @@ fn list_providers(arg: usize) -> Result<isize> {
 }
 
 fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
-    let mut req: uapi::p2pdirect_alloc = ffi::copy_from_user(arg)?;
+    let mut req: uapi::p2pdirect_alloc = self::arg(arg)?;
     if req.flags != 0 {
         return Err(EINVAL);
     }
@@ -122,13 +167,13 @@ fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
 /// Runs acquire -> get_pages -> dma_map once and reports the DMA addresses;
 /// dropping the claim unmaps, unpins and releases.
 fn dma_probe(arg: usize) -> Result<isize> {
-    let mut req: uapi::p2pdirect_dma_probe = ffi::copy_from_user(arg)?;
+    let mut req: uapi::p2pdirect_dma_probe = self::arg(arg)?;
     if req.flags & !uapi::P2PDIRECT_PROBE_WRITE != 0 || req.pad != 0 {
         return Err(EINVAL);
     }
     let range = UserRange::new(req.addr, req.size)?;
     let dev = ffi::DmaDevice::of_block_fd(req.fd)?;
-    let mut claim = ffi::peer_clients().acquire(range).inspect_err(|e| {
+    let mut claim = peer_mem::acquire(range).inspect_err(|e| {
         if *e == ENXIO && ffi::ratelimit() {
             pr_info!(
                 "{:#x}+{:#x} is not device memory: no peer-memory client claims it\n",
@@ -139,7 +184,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
     })?;
     claim.get_pages(req.flags & uapi::P2PDIRECT_PROBE_WRITE != 0)?;
     let segs = claim.dma_map(&dev).inspect_err(|e| {
-        if *e == ffi::eremoteio() && ffi::ratelimit() {
+        if *e == eremoteio() && ffi::ratelimit() {
             pr_info!(
                 "{} memory at {:#x} is not reachable by PCI device {:#x} (P2P distance)\n",
                 claim.client,
@@ -164,12 +209,15 @@ fn dma_probe(arg: usize) -> Result<isize> {
     req.page_size = u32::try_from(claim.page_size()).map_err(|_| EOVERFLOW)?;
     req.client = claim.client_id;
     req.dma_pci_addr = dev.pci().map_or(0, |p| p.addr());
+    drop(claim);
+    // The probe's pin may have been the last on memory freed meanwhile.
+    crate::devmem::reap();
     ffi::copy_to_user(arg, &req)?;
     Ok(0)
 }
 
 fn register(me: &OpenFile, arg: usize) -> Result<isize> {
-    let mut req: uapi::p2pdirect_register = ffi::copy_from_user(arg)?;
+    let mut req: uapi::p2pdirect_register = self::arg(arg)?;
     if req.flags & !uapi::P2PDIRECT_REG_WRITE != 0 {
         return Err(EINVAL);
     }
@@ -187,7 +235,7 @@ fn register(me: &OpenFile, arg: usize) -> Result<isize> {
 
 /// DEREGISTER and REG_QUERY: `op` maps an id to a state.
 fn reg_id(arg: usize, op: impl FnOnce(u64) -> Result<u32>) -> Result<isize> {
-    let mut req: uapi::p2pdirect_reg_id = ffi::copy_from_user(arg)?;
+    let mut req: uapi::p2pdirect_reg_id = self::arg(arg)?;
     if req.pad != 0 {
         return Err(EINVAL);
     }
@@ -198,7 +246,7 @@ fn reg_id(arg: usize, op: impl FnOnce(u64) -> Result<u32>) -> Result<isize> {
 
 /// READ and WRITE: the outputs are written back only on success.
 fn io(me: &OpenFile, arg: usize, write: bool) -> Result<isize> {
-    let mut req: uapi::p2pdirect_io = ffi::copy_from_user(arg)?;
+    let mut req: uapi::p2pdirect_io = self::arg(arg)?;
     if req.pad != 0 {
         return Err(EINVAL);
     }
@@ -225,27 +273,32 @@ fn io(me: &OpenFile, arg: usize, write: bool) -> Result<isize> {
 
 /// STATS: copies out what fits, counts all, resets on request.
 fn stats(arg: usize) -> Result<isize> {
-    let mut req: uapi::p2pdirect_stats = ffi::copy_from_user(arg)?;
+    let mut req: uapi::p2pdirect_stats = self::arg(arg)?;
     if req.flags & !uapi::P2PDIRECT_STATS_RESET != 0 || req.pad != 0 {
         return Err(EINVAL);
     }
-    let rows = {
+    let reset = req.flags & uapi::P2PDIRECT_STATS_RESET != 0;
+    // A reset takes the counters out; if they cannot be copied to the
+    // caller they are put back, so a failed STATS loses nothing.
+    let (rows, taken) = {
         let mut table = ffi::stats();
         let rows = table.to_uapi()?;
-        if req.flags & uapi::P2PDIRECT_STATS_RESET != 0 {
-            table.reset();
-        }
-        rows
+        let taken = if reset { Some(table.take()?) } else { None };
+        (rows, taken)
     };
     let room = (req.capacity as usize).min(rows.len());
-    ffi::copy_slice_to_user(req.entries as usize, &rows[..room])?;
     req.count = u32::try_from(rows.len()).map_err(|_| EOVERFLOW)?;
-    ffi::copy_to_user(arg, &req)?;
+    let copied = ffi::copy_slice_to_user(req.entries as usize, &rows[..room])
+        .and_then(|()| ffi::copy_to_user(arg, &req));
+    if let (Err(_), Some(taken)) = (&copied, taken) {
+        ffi::stats().put_back(taken);
+    }
+    copied?;
     Ok(0)
 }
 
 fn free(me: &OpenFile, arg: usize) -> Result<isize> {
-    let req: uapi::p2pdirect_free = ffi::copy_from_user(arg)?;
+    let req: uapi::p2pdirect_free = self::arg(arg)?;
     me.free(req.handle)?;
     Ok(0)
 }
@@ -289,6 +342,7 @@ fn get_version(arg: usize) -> Result<isize> {
     {
         *dst = *src as kernel::ffi::c_char;
     }
+    // Output only: nothing happens, so no need to probe before.
     ffi::copy_to_user(arg, &out)?;
     Ok(0)
 }

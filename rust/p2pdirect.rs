@@ -10,6 +10,7 @@
 mod bar_driver;
 mod chardev;
 mod devmem;
+mod error;
 mod ffi;
 mod ioctl;
 mod peer_clients;
@@ -18,6 +19,7 @@ mod range_alloc;
 mod registration;
 mod stats;
 mod storage;
+mod sys;
 
 use kernel::{driver, pci, prelude::*};
 
@@ -62,8 +64,11 @@ struct P2pDirect {
     peer_clients: peer_clients::Builtins,
     /// The storage engine's bio pool.
     bio_pool: ffi::BioPool,
-    /// Global state (the provider list): set up first, torn down last.
+    /// Global state (peer-memory registry, statistics): set up first,
+    /// torn down last.
     globals: ffi::Globals,
+    /// Device memory's globals (providers, handles, the graveyard).
+    devmem: devmem::Globals,
 }
 
 impl kernel::InPlaceModule for P2pDirect {
@@ -77,6 +82,7 @@ impl kernel::InPlaceModule for P2pDirect {
         let debugfs = kernel::debugfs::Dir::new(c"p2pdirect");
         try_pin_init!(Self {
             globals: ffi::Globals::init(),
+            devmem: devmem::Globals::init()?,
             bio_pool: ffi::BioPool::new()?,
             peer_clients: peer_clients::Builtins::register()?,
             bar_driver <- driver::Registration::new(c"p2pdirect", module),
@@ -87,7 +93,7 @@ impl kernel::InPlaceModule for P2pDirect {
                 &stats::DebugfsStats::write,
             ),
             debugfs,
-            chardev <- chardev::register(),
+            chardev <- chardev::register(module),
         })
     }
 }

@@ -11,6 +11,8 @@
 //! Ordinary RAM is declined by both.
 
 use crate::{
+    devmem::AllocState,
+    error::{edquot, refuse},
     ffi::{self, uapi, DmaDevice, UserPin},
     peer_mem::{Client, Context, DmaSeg, UserRange},
 };
@@ -21,15 +23,40 @@ struct PinContext {
     range: UserRange,
     pin: Option<UserPin>,
     /// The p2pdirect allocation the range lies in (devmem client only).
-    handle: Option<u64>,
+    state: Option<Arc<AllocState>>,
 }
 
 impl Context for PinContext {
     fn get_pages(&mut self, write: bool) -> Result {
+        // No pin (nor its page array) larger than a file may keep pinned.
+        let span = self.range.pinned_bytes();
+        let cap = crate::max_pinned_bytes();
+        if span > cap {
+            refuse!(
+                edquot(),
+                "{:#x}+{:#x} would pin {} bytes, more than max_pinned_mib allows ({})\n",
+                self.range.addr,
+                self.range.size,
+                span,
+                cap
+            );
+        }
         let pin = UserPin::new(self.range.addr, self.range.size, write)?;
         // A range that runs from device memory into RAM is not device memory.
         if !pin.is_p2pdma() {
             return Err(ENXIO);
+        }
+        // The mapping looked up may have been replaced before the pages
+        // were pinned: the pages must be the allocation's.
+        if let Some(state) = self.state.as_ref() {
+            if !state.holds(&pin) {
+                refuse!(
+                    EFAULT,
+                    "{:#x}+{:#x}: the device-memory mapping changed while it was pinned\n",
+                    self.range.addr,
+                    self.range.size
+                );
+            }
         }
         self.pin = Some(pin);
         Ok(())
@@ -59,17 +86,17 @@ impl Context for PinContext {
         self.pin.as_ref().map(UserPin::share)
     }
 
-    fn devmem_handle(&self) -> Option<u64> {
-        self.handle
+    fn devmem_state(&self) -> Option<Arc<AllocState>> {
+        self.state.clone()
     }
 }
 
-fn context(range: UserRange, handle: Option<u64>) -> Result<Option<KBox<dyn Context>>> {
+fn context(range: UserRange, state: Option<Arc<AllocState>>) -> Result<Option<KBox<dyn Context>>> {
     let ctx: KBox<dyn Context> = KBox::new(
         PinContext {
             range,
             pin: None,
-            handle,
+            state,
         },
         GFP_KERNEL,
     )?;
@@ -89,8 +116,8 @@ impl Client for DevmemClient {
     }
 
     fn acquire(&self, range: UserRange) -> Result<Option<KBox<dyn Context>>> {
-        match ffi::user_devmem_offset(range.addr, range.end() - range.addr) {
-            Some(offset) => context(range, Some(crate::devmem::handle_of_mmap_offset(offset))),
+        match crate::devmem::user_range(range.addr, range.size)? {
+            Some((state, _)) => context(range, Some(state)),
             None => Ok(None),
         }
     }

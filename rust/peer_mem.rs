@@ -15,11 +15,13 @@
 //! the consumer did not, so a context can never leak pins.
 //!
 //! Invalidation: a consumer that keeps a claim on p2pdirect's own memory
-//! subscribes to that allocation with [`subscribe`]; when the memory goes
-//! away (FREE, the owner's close or exit, device removal) the devmem room
-//! calls [`invalidate`] and every subscriber's [`Consumer::invalidate`] drops
-//! its claim before the memory is reused. Subscribers' callbacks run under
-//! the subscriber list's lock and must take only their own (leaf) locks.
+//! subscribes to that allocation (`AllocState::subscribe`); when the memory
+//! goes away (FREE, the owner's close or exit, device removal) the devmem
+//! room calls every subscriber's [`Consumer::invalidate`], which drops its
+//! claim; the memory is reused only once no pin is left.
+//!
+//! The registry's lock is held only to take a snapshot of the clients: they
+//! are asked without it, as they look up VMAs and pin pages.
 
 use kernel::{
     prelude::*,
@@ -48,6 +50,15 @@ impl UserRange {
     pub(crate) fn end(&self) -> u64 {
         self.addr + self.size
     }
+
+    /// Bytes of the whole pages the range touches: what pinning it pins.
+    pub(crate) fn pinned_bytes(&self) -> u64 {
+        let page = kernel::page::PAGE_SIZE as u64;
+        let first = self.addr - self.addr % page;
+        // `new` checked `end` does not wrap; a range ending in the last
+        // page of the address space rounds to the maximum.
+        self.end().div_ceil(page).saturating_mul(page) - first
+    }
 }
 
 /// One contiguous piece of a DMA mapping.
@@ -73,9 +84,9 @@ pub(crate) trait Context: Send {
     /// A reference to the pinned pages for I/O (`None` unless pinned); the
     /// pages stay pinned while it lives, even after `put_pages`.
     fn pages(&self) -> Option<crate::ffi::PinRef>;
-    /// For p2pdirect's own memory: the allocation (its handle) the range
-    /// lies in, so that freeing it can invalidate the claim.
-    fn devmem_handle(&self) -> Option<u64> {
+    /// For p2pdirect's own memory: the allocation the range lies in, so
+    /// that freeing it can invalidate the claim.
+    fn devmem_state(&self) -> Option<Arc<crate::devmem::AllocState>> {
         None
     }
 }
@@ -97,35 +108,6 @@ pub(crate) trait Consumer: Send + Sync {
     /// The memory is going away: drop the claim (unmap, unpin) now and never
     /// use it again.
     fn invalidate(&self);
-}
-
-/// A consumer subscribed to the allocation `handle`.
-pub(crate) struct Subscription {
-    handle: u64,
-    consumer: Arc<dyn Consumer>,
-}
-
-/// Tells `consumer` when the allocation `handle` goes away.
-pub(crate) fn subscribe(handle: u64, consumer: Arc<dyn Consumer>) -> Result {
-    crate::ffi::consumers().push(Subscription { handle, consumer }, GFP_KERNEL)?;
-    Ok(())
-}
-
-/// Ends the subscription(s) of consumer `id`.
-pub(crate) fn unsubscribe(id: u64) {
-    crate::ffi::consumers().retain(|s| s.consumer.consumer_id() != id);
-}
-
-/// The allocation `handle` is going away: every subscriber drops its claim.
-/// Returns how many were told.
-pub(crate) fn invalidate(handle: u64) -> usize {
-    let list = crate::ffi::consumers();
-    let mut n = 0;
-    for s in list.iter().filter(|s| s.handle == handle) {
-        s.consumer.invalidate();
-        n += 1;
-    }
-    n
 }
 
 /// A registered client and how many contexts it has out.
@@ -171,8 +153,8 @@ impl Claim {
         self.ctx.pages().ok_or(EINVAL)
     }
 
-    pub(crate) fn devmem_handle(&self) -> Option<u64> {
-        self.ctx.devmem_handle()
+    pub(crate) fn devmem_state(&self) -> Option<Arc<crate::devmem::AllocState>> {
+        self.ctx.devmem_state()
     }
 
     pub(crate) fn dma_map(&mut self, dev: &crate::ffi::DmaDevice) -> Result<KVec<DmaSeg>> {
@@ -255,21 +237,45 @@ impl Registry {
     /// Asks the clients in order; the first to claim `range` owns it.
     /// `ENXIO` when every client declines: the range is not device memory.
     pub(crate) fn acquire(&self, range: UserRange) -> Result<Claim> {
-        for e in self.entries.iter() {
-            if let Some(ctx) = e.client.acquire(range)? {
-                e.live.fetch_add(1, Relaxed);
-                return Ok(Claim {
-                    client: e.client.name(),
-                    client_id: e.client.id(),
-                    ctx,
-                    live: e.live.clone(),
-                    pinned: false,
-                    mapped: false,
-                });
-            }
-        }
-        Err(ENXIO)
+        ask(self.snapshot()?, range)
     }
+
+    /// The clients now, in order, to ask without the registry's lock.
+    fn snapshot(&self) -> Result<KVec<(Arc<dyn Client>, Arc<Atomic<u64>>)>> {
+        let mut v = KVec::with_capacity(self.entries.len(), GFP_KERNEL)?;
+        for e in self.entries.iter() {
+            v.push((e.client.clone(), e.live.clone()), GFP_KERNEL)?;
+        }
+        Ok(v)
+    }
+}
+
+/// Asks `clients` in order for `range` (see [`Registry::acquire`]).
+fn ask(clients: KVec<(Arc<dyn Client>, Arc<Atomic<u64>>)>, range: UserRange) -> Result<Claim> {
+    for (client, live) in clients {
+        if let Some(ctx) = client.acquire(range)? {
+            live.fetch_add(1, Relaxed);
+            return Ok(Claim {
+                client: client.name(),
+                client_id: client.id(),
+                ctx,
+                live,
+                pinned: false,
+                mapped: false,
+            });
+        }
+    }
+    Err(ENXIO)
+}
+
+/// Acquires `range` through the module's registry, whose lock is held only
+/// while the clients are listed.
+pub(crate) fn acquire(range: UserRange) -> Result<Claim> {
+    let clients = crate::ffi::peer_clients().snapshot()?;
+    ask(clients, range)
+}
+
+impl Registry {
 }
 
 #[cfg(CONFIG_KUNIT)]
@@ -435,6 +441,14 @@ mod tests {
         assert_eq!(log.0.load(Relaxed), GOT | MAPPED);
         drop(c);
         assert_eq!(log.0.load(Relaxed), GOT | MAPPED | UNMAPPED | PUT);
+    }
+
+    #[test]
+    fn pinned_bytes_are_whole_pages() {
+        assert_eq!(UserRange::new(0x1000, 1).unwrap().pinned_bytes(), 0x1000);
+        assert_eq!(UserRange::new(0x1fff, 2).unwrap().pinned_bytes(), 0x2000);
+        assert_eq!(UserRange::new(0x1000, 0x1000).unwrap().pinned_bytes(), 0x1000);
+        assert_eq!(UserRange::new(0x1800, 0x1000).unwrap().pinned_bytes(), 0x2000);
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! -> statistics (a leaf: `Pinned` takes it when a claim goes).
 
 use crate::{
+    devmem::AllocState,
+    error::{edquot, estale, refuse},
     ffi,
     peer_mem::{self, Claim, Consumer, UserRange},
     stats::Pinned,
@@ -34,7 +36,7 @@ pub(crate) struct RegEntry {
     /// Pinned for devices to write into (`P2PDIRECT_REG_WRITE`).
     pub(crate) write: bool,
     /// The p2pdirect allocation the range lies in, if it is p2pdirect's memory.
-    handle: Option<u64>,
+    state: Option<Arc<AllocState>>,
     /// The pinned claim and its share of the provider's pinned bytes;
     /// `None` once invalidated.
     #[pin]
@@ -52,7 +54,7 @@ impl RegEntry {
     pub(crate) fn pages(&self) -> Result<ffi::PinRef> {
         match self.claim.lock().as_ref() {
             Some((claim, _)) => claim.pages(),
-            None => Err(ffi::estale()),
+            None => Err(estale()),
         }
     }
 
@@ -76,6 +78,28 @@ impl Consumer for RegEntry {
     }
 }
 
+impl RegEntry {
+    /// Whether the registration still pins its pages, and how many bytes
+    /// of whole pages that is (what counts against `max_pinned_mib`).
+    fn pinned_bytes(&self) -> u64 {
+        if self.is_live() {
+            self.range.pinned_bytes()
+        } else {
+            0
+        }
+    }
+
+    /// Stops being told about the memory's removal.
+    fn unsubscribe(&self) {
+        if let Some(state) = self.state.as_ref() {
+            state.unsubscribe(self.id);
+        }
+    }
+}
+
+/// Most registrations one open file may hold, live or dead.
+pub(crate) const MAX_PER_FILE: usize = 4096;
+
 static NEXT_REG: Atomic<u64> = Atomic::new(1);
 
 /// The registrations of one open file.
@@ -94,25 +118,28 @@ pub(crate) fn register(
     if regs.iter().any(|r| r.range == range) {
         return Err(EEXIST);
     }
-    let pinned: u64 = regs
-        .iter()
-        .filter(|r| r.is_live())
-        .map(|r| r.range.size)
-        .sum();
-    if pinned.checked_add(size).is_none_or(|total| total > cap) {
-        if ffi::ratelimit() {
-            pr_info!(
-                "REGISTER refused: {} + {} bytes pinned would pass max_pinned_mib\n",
-                pinned,
-                size
-            );
-        }
-        return Err(ffi::edquot());
+    if regs.len() >= MAX_PER_FILE {
+        refuse!(
+            ENOSPC,
+            "REGISTER refused: the file holds {} registrations already\n",
+            MAX_PER_FILE
+        );
     }
-    let mut claim = ffi::peer_clients().acquire(range)?;
+    // Whole pages are pinned, so whole pages count.
+    let pinned: u64 = regs.iter().map(|r| r.pinned_bytes()).sum();
+    let span = range.pinned_bytes();
+    if pinned.checked_add(span).is_none_or(|total| total > cap) {
+        refuse!(
+            edquot(),
+            "REGISTER refused: {} + {} bytes pinned would pass max_pinned_mib\n",
+            pinned,
+            span
+        );
+    }
+    let mut claim = peer_mem::acquire(range)?;
     claim.get_pages(write)?;
-    let (client, handle) = (claim.client_id, claim.devmem_handle());
-    let pinned = Pinned::new(claim.pages()?.provider(), size);
+    let (client, state) = (claim.client_id, claim.devmem_state());
+    let pinned = Pinned::new(claim.pages()?.provider(), span);
     let id = NEXT_REG.fetch_add(1, Relaxed);
     let entry = Arc::pin_init(
         pin_init!(RegEntry {
@@ -120,14 +147,18 @@ pub(crate) fn register(
             range,
             client,
             write,
-            handle,
+            state: state.clone(),
             claim <- new_mutex!(Some((claim, pinned))),
         }),
         GFP_KERNEL,
     )?;
     regs.reserve(1, GFP_KERNEL)?;
-    if let Some(h) = handle {
-        peer_mem::subscribe(h, entry.clone())?;
+    if let Some(state) = state {
+        // Freed between the lookup and now: the pin goes with `entry`.
+        state.subscribe(entry.clone()).inspect_err(|_| {
+            entry.invalidate();
+            crate::devmem::reap();
+        })?;
     }
     regs.push_within_capacity(entry).map_err(|_| ENOMEM)?;
     Ok((id, client))
@@ -136,13 +167,16 @@ pub(crate) fn register(
 fn take(regs: &mut FileRegs, id: u64) -> Result<Arc<RegEntry>> {
     let i = regs.iter().position(|r| r.id == id).ok_or(ENOENT)?;
     let entry = regs.remove(i).map_err(|_| ENOENT)?;
-    peer_mem::unsubscribe(id);
+    entry.unsubscribe();
     Ok(entry)
 }
 
 /// DEREGISTER: drops the registration; returns the state it had.
 pub(crate) fn deregister(regs: &mut FileRegs, id: u64) -> Result<u32> {
-    Ok(take(regs, id)?.state())
+    let state = take(regs, id)?.state();
+    // Memory freed while registered may wait for this pin only.
+    crate::devmem::reap();
+    Ok(state)
 }
 
 /// The registration `id` of this file, for I/O.
@@ -161,6 +195,6 @@ pub(crate) fn query(regs: &FileRegs, id: u64) -> Result<u32> {
 /// Drops every registration of a closing file.
 pub(crate) fn drop_all(regs: &mut FileRegs) {
     while let Some(r) = regs.pop() {
-        peer_mem::unsubscribe(r.id);
+        r.unsubscribe();
     }
 }

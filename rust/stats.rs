@@ -117,6 +117,42 @@ impl Table {
         }
     }
 
+    /// Resets the counters and returns what they held (for [`Self::put_back`]).
+    pub(crate) fn take(&mut self) -> Result<KVec<(Key, Counters)>> {
+        let mut out = KVec::with_capacity(self.rows.len(), GFP_KERNEL)?;
+        for r in self.rows.iter() {
+            out.push(*r, GFP_KERNEL)?;
+        }
+        self.reset();
+        Ok(out)
+    }
+
+    /// Adds counters taken by [`Self::take`] back (a reset that did not
+    /// reach its caller), merged with what was counted since.
+    pub(crate) fn put_back(&mut self, taken: KVec<(Key, Counters)>) {
+        for (key, t) in taken.iter() {
+            let Ok(c) = self.row(*key) else { continue };
+            c.reads += t.reads;
+            c.writes += t.writes;
+            c.errors += t.errors;
+            c.bytes_read += t.bytes_read;
+            c.bytes_written += t.bytes_written;
+            c.p2p += t.p2p;
+            c.bounced += t.bounced;
+            c.zeroed += t.zeroed;
+            if t.lat_n != 0 {
+                c.lat_min_ns = if c.lat_n == 0 {
+                    t.lat_min_ns
+                } else {
+                    c.lat_min_ns.min(t.lat_min_ns)
+                };
+                c.lat_max_ns = c.lat_max_ns.max(t.lat_max_ns);
+            }
+            c.lat_sum_ns = c.lat_sum_ns.saturating_add(t.lat_sum_ns);
+            c.lat_n += t.lat_n;
+        }
+    }
+
     pub(crate) fn rows(&self) -> &[(Key, Counters)] {
         &self.rows
     }
@@ -293,6 +329,19 @@ mod tests {
             (100, 200, 300)
         );
         assert_eq!((b.reads, b.errors, b.lat_avg_ns()), (2, 1, 200));
+    }
+
+    #[test]
+    fn take_then_put_back_loses_nothing() {
+        let mut t = Table::new();
+        let k = [Some(Key::Block(7)), None];
+        t.add(&k, &io(false, true, 4096, 50));
+        let taken = t.take().unwrap();
+        t.add(&k, &io(true, true, 512, 10));
+        t.put_back(taken);
+        let c = t.rows()[0].1;
+        assert_eq!((c.reads, c.writes, c.bytes_read, c.bytes_written), (1, 1, 4096, 512));
+        assert_eq!((c.lat_min_ns, c.lat_max_ns, c.lat_avg_ns()), (10, 50, 30));
     }
 
     #[test]

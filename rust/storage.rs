@@ -27,8 +27,9 @@
 
 use crate::{
     chardev::OpenFile,
+    error::{eopnotsupp, eremoteio, refuse},
     ffi::{self, uapi, Batch, Bio, IoFile, Limits, PinRef},
-    peer_mem::UserRange,
+    peer_mem::{self, UserRange},
     stats::{Bdf, IoRecord, Key, Pinned},
 };
 use kernel::{
@@ -92,6 +93,8 @@ pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
     let start = Instant::<Monotonic>::now();
     let mut keys = Keys::default();
     let r = run_counted(me, req, &mut keys);
+    // The I/O's pin is gone: memory freed during it may be given back now.
+    crate::devmem::reap();
     let d = r.as_ref().copied().unwrap_or_default();
     ffi::stats().add(
         &[keys.provider.map(Key::Provider), keys.block.map(Key::Block)],
@@ -128,6 +131,18 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
     if req.write && lim.read_only != 0 {
         return Err(EROFS);
     }
+    // O_DIRECT that the file system serves through the page cache would be
+    // CPU copies counted as P2P: bounce honestly (COMPAT) or refuse.
+    let cpu_path = !file.is_bdev() && file.dio_falls_back();
+    if cpu_path && req.flags & uapi::P2PDIRECT_IO_COMPAT == 0 {
+        refuse!(
+            eopnotsupp(),
+            "{}: the file system of fd {} serves O_DIRECT on it through the page cache \
+             (e.g. ext4 data journalling); set P2PDIRECT_IO_COMPAT to bounce\n",
+            op_name(req.write),
+            req.fd
+        );
+    }
     let mut len = req.size;
     if file.is_bdev() {
         // pread/pwrite on a block device: reads stop at its end, writes
@@ -140,6 +155,8 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
             };
         }
         len = len.min(lim.size - req.file_offset);
+        // read(2)/write(2)'s own checks and hooks (LSM, fanotify).
+        file.rw_verify(req.file_offset, len, req.write)?;
     }
     let mem = resolve_memory(me, req, &lim)?;
     let provider = mem.pages.provider();
@@ -153,6 +170,7 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
         ..Done::default()
     };
     let reach = match &dma {
+        Some(_) if cpu_path => Err(0),
         Some(d) if lim.p2pdma != 0 => mem.pages.reachable_by(d),
         _ => Err(0),
     };
@@ -164,6 +182,7 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
         done.bytes = bytes;
         done.bounced = bytes;
         done.zeroed = zeroed;
+        notify(&file, bytes, req.write);
         return Ok(done);
     }
     let (bytes, zeroed) = direct(
@@ -180,7 +199,16 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
     done.bytes = bytes;
     done.zeroed = zeroed;
     done.p2p = bytes - zeroed;
+    notify(&file, bytes, req.write);
     Ok(done)
+}
+
+/// Raw block devices: the fsnotify event read(2)/write(2) send once data
+/// moved (files get theirs from `vfs_iocb_iter_read/write`).
+fn notify(file: &IoFile, bytes: u64, write: bool) {
+    if file.is_bdev() && bytes > 0 {
+        file.notify(write);
+    }
 }
 
 /// Size and offsets in multiples of the logical block size, the memory
@@ -237,21 +265,9 @@ fn resolve_memory(me: &OpenFile, req: &Request, lim: &Limits) -> Result<Memory> 
     }
     let start = req.addr.checked_add(req.buf_offset).ok_or(EINVAL)?;
     let range = UserRange::new(start, req.size)?;
-    // A range that starts in a device-memory mapping must end in it.
-    if ffi::user_devmem_offset(start, req.size).is_none()
-        && ffi::user_devmem_offset(start, 1).is_some()
-    {
-        if ffi::ratelimit() {
-            pr_info!(
-                "{}: {:#x}+{:#x} runs past the end of its device-memory mapping\n",
-                op_name(req.write),
-                start,
-                req.size
-            );
-        }
-        return Err(EFAULT);
-    }
-    let mut claim = ffi::peer_clients().acquire(range).inspect_err(|e| {
+    // A range that starts in a device-memory mapping and ends outside it is
+    // refused by the registry's lookup (EFAULT).
+    let mut claim = peer_mem::acquire(range).inspect_err(|e| {
         if *e == ENXIO && ffi::ratelimit() {
             pr_info!(
                 "{}: {:#x}+{:#x} is not device memory: no peer-memory client claims it\n",
@@ -282,7 +298,7 @@ fn refuse_unreachable(req: &Request, lim: &Limits, dma: u32, provider: u32) -> E
                 Bdf(dma)
             );
         }
-        return ffi::eopnotsupp();
+        return eopnotsupp();
     }
     if ffi::ratelimit() {
         pr_info!(
@@ -294,7 +310,7 @@ fn refuse_unreachable(req: &Request, lim: &Limits, dma: u32, provider: u32) -> E
             Bdf(provider)
         );
     }
-    ffi::eremoteio()
+    eremoteio()
 }
 
 /// `len` bytes at `pos` of the file and at `off` of `pages`, one way.

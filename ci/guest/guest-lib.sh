@@ -107,7 +107,7 @@ namespace_layout() {
 # here would leave its blocks in the page cache.
 mount_ns() {
 	dev=$(ns_dev "$1") || { echo "no namespace with nsid $1"; return 1; }
-	mkdir -p "$3" && mount -t "$2" "$dev" "$3" && chmod 1777 "$3" || return 1
+	mkdir -p "$3" && mount -t "$2" ${4:+-o "$4"} "$dev" "$3" && chmod 1777 "$3" || return 1
 	stat -c '%n: %s bytes, mode %a' "$3/data.bin" &&
 		[ "$(stat -c %s "$3/data.bin")" = 8388608 ]
 }
@@ -221,7 +221,9 @@ run_checks() {
 	check "two NVMe controllers" count_is 2 "$(nvmes)"
 	check "PCIe switch: GPUs and nvme sw behind it, nvme rp outside" switch_topology
 	check "NVMe namespaces: nsid 1-3 on p2pnvme-sw, 4 on p2pnvme-rp" namespace_layout
-	check "mount nsid 2 (ext4) at /mnt/ext4, data.bin 8 MiB" mount_ns 2 ext4 /mnt/ext4
+	# nodelalloc: per-file data journalling (chattr +j), whose O_DIRECT goes
+	# through the page cache, can then be tested (harden_test).
+	check "mount nsid 2 (ext4, nodelalloc) at /mnt/ext4, data.bin 8 MiB" mount_ns 2 ext4 /mnt/ext4 nodelalloc
 	check "mount nsid 3 (xfs) at /mnt/xfs, data.bin 8 MiB" mount_ns 3 xfs /mnt/xfs
 	echo clear >/sys/kernel/debug/kmemleak
 	# A small pin cap, so that the tests can reach it (peermem_test).
@@ -232,6 +234,7 @@ run_checks() {
 
 	kunit_suites
 	run_suite c-abi /tests/p2pdirect_test
+	run_suite c-harden /tests/harden_test
 	run_suite c-devmem /tests/devmem_test
 	run_suite c-peermem /tests/peermem_test
 	run_suite c-storage /tests/storage_test

@@ -13,6 +13,8 @@
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
+#include <linux/fsnotify.h>
+#include <linux/swap.h>
 #include <linux/mm.h>
 #include <linux/pci.h>
 #include <linux/pagemap.h>
@@ -122,17 +124,10 @@ void p2pdirect_pages_release(void *kaddr, size_t len)
 		set_page_count(virt_to_page(kaddr + off), 0);
 }
 
-/* A fault in a device-memory mapping means its pages were taken away. */
-static vm_fault_t p2pdirect_vm_fault(struct vm_fault *vmf)
-{
-	return VM_FAULT_SIGBUS;
-}
-
-static const struct vm_operations_struct p2pdirect_vm_ops = {
-	.fault = p2pdirect_vm_fault,
-};
-
-/* Maps len bytes of device memory at kaddr into the whole of vma. */
+/*
+ * Maps len bytes of device memory at kaddr into the whole of vma, at mmap
+ * time; the caller installs the VMA's operations (faults after a zap) after.
+ */
 int p2pdirect_vm_insert(struct vm_area_struct *vma, void *kaddr, size_t len)
 {
 	unsigned long addr;
@@ -140,13 +135,21 @@ int p2pdirect_vm_insert(struct vm_area_struct *vma, void *kaddr, size_t len)
 
 	if (vma->vm_end - vma->vm_start != len)
 		return -EINVAL;
-	vma->vm_ops = &p2pdirect_vm_ops;
 	for (addr = vma->vm_start; addr < vma->vm_end; addr += PAGE_SIZE) {
 		ret = vm_insert_page(vma, addr, virt_to_page(kaddr + (addr - vma->vm_start)));
 		if (ret)
 			return ret;
 	}
 	return 0;
+}
+
+/* Maps the page of device memory at kaddr at addr of vma (a page fault). */
+int p2pdirect_vm_insert_one(struct vm_area_struct *vma, unsigned long addr, void *kaddr)
+{
+	int ret = vm_insert_page(vma, addr, virt_to_page(kaddr));
+
+	/* Another thread's fault mapped it first. */
+	return ret == -EBUSY ? 0 : ret;
 }
 
 struct address_space *p2pdirect_file_mapping(struct file *file)
@@ -246,27 +249,6 @@ struct p2pdirect_pin {
 	struct device *dma_dev;	/* set while mapped */
 };
 
-/*
- * Whether [addr, addr + len) lies in one p2pdirect device-memory mapping of
- * current; if so, *offset is the device file offset the mapping starts at.
- */
-bool p2pdirect_user_range_is_devmem(u64 addr, u64 len, u64 *offset)
-{
-	struct mm_struct *mm = current->mm;
-	struct vm_area_struct *vma;
-	bool ret;
-
-	if (!mm || addr + len < addr)
-		return false;
-	mmap_read_lock(mm);
-	vma = vma_lookup(mm, addr);
-	ret = vma && vma->vm_ops == &p2pdirect_vm_ops && addr + len <= vma->vm_end;
-	if (ret)
-		*offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
-	mmap_read_unlock(mm);
-	return ret;
-}
-
 /* 1 if the page at addr is P2PDMA memory, 0 if it is not, <0 on error. */
 int p2pdirect_user_addr_is_p2pdma(u64 addr)
 {
@@ -325,6 +307,21 @@ bool p2pdirect_pin_is_p2pdma(struct p2pdirect_pin *pin)
 	for (i = 0; i < pin->npages; i++)
 		if (!is_pci_p2pdma_page(pin->pages[i]))
 			return false;
+	return true;
+}
+
+/* Whether every pinned page lies in the len bytes of memory at kaddr. */
+bool p2pdirect_pin_within(struct p2pdirect_pin *pin, void *kaddr, size_t len)
+{
+	phys_addr_t lo = virt_to_phys(kaddr);
+	unsigned long i;
+
+	for (i = 0; i < pin->npages; i++) {
+		phys_addr_t p = page_to_phys(pin->pages[i]);
+
+		if (pin->kernel_pages || p < lo || p - lo >= len)
+			return false;
+	}
 	return true;
 }
 
@@ -612,6 +609,15 @@ struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev)
 	err = -EOPNOTSUPP;
 	if (S_ISREG(mode) && !file_inode(f)->i_sb->s_bdev)
 		goto out;
+	/* What blkdev_write_iter() refuses, in its order. */
+	if (S_ISBLK(mode) && write) {
+		err = -EPERM;
+		if (bdev_read_only(file_bdev(f)))
+			goto out;
+		err = -ETXTBSY;
+		if (IS_SWAPFILE(bdev_file_inode(f)))
+			goto out;
+	}
 	*is_bdev = S_ISBLK(mode);
 	return f;
 out:
@@ -622,6 +628,41 @@ out:
 void p2pdirect_fput(struct file *f)
 {
 	fput(f);
+}
+
+/* read(2)/write(2)'s checks of a raw block device range: rw_verify_area(). */
+int p2pdirect_rw_verify(struct file *f, u64 pos, u64 len, bool write)
+{
+	loff_t p = pos;
+
+	if (len > MAX_RW_COUNT)
+		return -EINVAL;
+	return rw_verify_area(write ? WRITE : READ, f, &p, len);
+}
+
+/* The events read(2)/write(2) send once data moved. */
+void p2pdirect_fsnotify(struct file *f, bool write)
+{
+	if (write)
+		fsnotify_modify(f);
+	else
+		fsnotify_access(f);
+}
+
+/*
+ * Whether O_DIRECT on the regular file @f goes through the page cache (the
+ * file system's fallback: ext4 journalled data, inline data, verity...),
+ * which its STATX_DIOALIGN reports as a memory alignment of 0.
+ */
+bool p2pdirect_dio_falls_back(struct file *f)
+{
+	struct kstat st = {};
+
+	if (!S_ISREG(file_inode(f)->i_mode))
+		return false;
+	if (vfs_getattr(&f->f_path, &st, STATX_DIOALIGN, AT_STATX_SYNC_AS_STAT))
+		return false;
+	return (st.result_mask & STATX_DIOALIGN) && !st.dio_mem_align;
 }
 
 static struct block_device *io_bdev(struct file *f)

@@ -16,11 +16,30 @@
  * Errors common to every command:
  *  -ENOTTY  unknown command, or a known command number with a wrong size or
  *           direction (a caller built against another version of this file);
- *  -EFAULT  the argument pointer is not readable/writable user memory;
- *  -EINVAL  a pad or reserved field is not zero.
+ *  -EFAULT  the argument pointer is not readable/writable user memory. Every
+ *           argument struct is read and written back before the command acts
+ *           (since ABI 1.6), so a read-only argument fails before anything
+ *           happened: no data moved, nothing allocated, no counter reset;
+ *  -EINVAL  a pad or reserved field is not zero;
+ *  -EBADF   the command needs /dev/p2pdirect open for writing (since 1.6).
+ *
+ * Open mode (since ABI 1.6): a file opened O_RDONLY may GET_VERSION,
+ * LIST_PROVIDERS and STATS without P2PDIRECT_STATS_RESET; every command that
+ * takes resources, moves data or resets counters (ALLOC, FREE, DMA_PROBE,
+ * REGISTER, DEREGISTER, REG_QUERY, READ, WRITE, STATS with RESET) needs
+ * O_RDWR or O_WRONLY, else -EBADF (as write(2) on a read-only descriptor).
  *
  * /dev/p2pdirect is created with mode 0600 (root only); an ordinary user gets
- * -EACCES at open unless an administrator widens the node (udev rule).
+ * -EACCES at open unless an administrator widens the node (udev rule). An
+ * open file, and any mapping of device memory (which holds its file), holds
+ * the module: rmmod fails ("in use") until the last one is gone.
+ *
+ * ABI 1.6 (no new command, same structs) made these behaviours part of the
+ * ABI: the open-mode rule and the argument check above, zeroed ALLOC,
+ * recycled handles, FREE that never waits, refaulting mappings, the pin
+ * quota counted in whole pages and at most 4096 registrations per file,
+ * read(2)/write(2) parity of READ/WRITE on raw block devices, and O_DIRECT
+ * served through the page cache counted as bounced (see each command).
  */
 #ifndef _UAPI_LINUX_P2PDIRECT_H
 #define _UAPI_LINUX_P2PDIRECT_H
@@ -29,7 +48,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 5
+#define P2PDIRECT_ABI_MINOR 6
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -131,8 +150,20 @@ struct p2pdirect_list_providers {
  * @provider_offset: out, offset of the allocation within the provider's memory
  *                   (PUBLISHED: from @bus_addr of the provider, its BAR start)
  *
+ * The memory is zeroed: whatever an earlier owner left there never shows.
+ * Handles are recycled once freed (like file descriptors): a handle names an
+ * allocation only between its ALLOC and its FREE. A refused ALLOC takes
+ * nothing. Memory freed while an I/O still pins it returns to the provider
+ * (and counts as used until then) when that I/O ends.
+ *
+ * The mapping stays usable while the allocation lives: pages dropped from it
+ * (MADV_DONTNEED, a partial munmap) fault back in; after FREE, any access
+ * gets SIGBUS.
+ *
  * Errors: -EINVAL size 0, alignment not a power of two, flags set;
- * -ENOMEM not enough free memory on the provider; -ENODEV unknown provider.
+ * -ENOMEM not enough free memory on the provider (or a size larger than
+ * it); -ENODEV unknown provider, or its device is going away; -ENOSPC no
+ * handle left (2^20 allocations alive).
  * The allocation belongs to the open file: close or exit frees it.
  */
 struct p2pdirect_alloc {
@@ -151,12 +182,13 @@ struct p2pdirect_alloc {
  * @handle: in, from P2PDIRECT_IOC_ALLOC on this open file
  *
  * Errors: -ENOENT no such allocation on this file (never allocated, already
- * freed, or another file's); -EBUSY the memory is still pinned.
+ * freed, or another file's).
  *
- * FREE takes the memory away from everyone first: registrations on it are
- * invalidated and every user mapping of it is zapped (a later CPU access
- * gets SIGBUS). -EBUSY is left only for pins that outlive that (a
- * transient I/O that does not finish within seconds).
+ * FREE takes the memory away from everyone at once and never waits:
+ * registrations on it (of any file) are invalidated and every user mapping
+ * of it is zapped (a later CPU access gets SIGBUS). An I/O in flight keeps
+ * its pages until it ends; only then does the memory return to the
+ * provider, never earlier. The handle may be reused as soon as FREE returns.
  */
 struct p2pdirect_free {
 	__u64 handle;
@@ -201,8 +233,9 @@ struct p2pdirect_dma_seg {
  *
  * Errors: -ENXIO no client claims the range (not device memory: RAM, for
  * one); -EREMOTEIO the DMA device cannot reach the memory (P2P distance);
- * -EFAULT the range is not mapped; -EBADF @fd is not open; -ENOTBLK @fd is
- * not a block device; -EINVAL size 0, a wrapping range, unknown flags, pad.
+ * -EFAULT the range is not mapped or spans two mappings; -EDQUOT the range
+ * would pin more than max_pinned_mib; -EBADF @fd is not open; -ENOTBLK @fd
+ * is not a block device; -EINVAL size 0, a wrapping range, unknown flags, pad.
  */
 struct p2pdirect_dma_probe {
 	__u64 addr;
@@ -235,10 +268,17 @@ struct p2pdirect_dma_probe {
  * device removal) the registration is invalidated: its pins are dropped and
  * REG_QUERY reports it P2PDIRECT_REG_DEAD.
  *
+ * A range must lie in one mapping: one that starts in a p2pdirect mapping and
+ * runs past its end (into RAM, another allocation, or another provider's
+ * mapping) is refused with -EFAULT, here and by DMA_PROBE, READ and WRITE.
+ *
  * Errors: -ENXIO not device memory (no client claims it); -EEXIST this file
  * already registered exactly this range; -EDQUOT the file would pin more
- * than the module parameter max_pinned_mib allows; -EFAULT the range is not
- * mapped; -EINVAL size 0, a wrapping range, unknown flags.
+ * than the module parameter max_pinned_mib allows (counted in whole pages:
+ * a 2-byte range across a page boundary pins 8 KiB), or the range alone is
+ * larger; -ENOSPC the file holds 4096 registrations already; -EFAULT the
+ * range is not mapped, spans two mappings, or its memory was freed while it
+ * was being registered; -EINVAL size 0, a wrapping range, unknown flags.
  */
 struct p2pdirect_register {
 	__u64 addr;
@@ -308,22 +348,34 @@ struct p2pdirect_reg_id {
  * the call succeeds if that is not 0 (else it returns the error, e.g. -EIO);
  * memory and blocks after that point may or may not have been written.
  *
+ * On a raw block device READ and WRITE refuse what read(2) and write(2)
+ * refuse, and run the same hooks: rw_verify_area() (offsets, the LSM's
+ * file_permission, fanotify permission events) before any I/O, and the
+ * fsnotify access/modify event after it. A file whose file system serves
+ * O_DIRECT through the page cache (STATX_DIOALIGN reports a memory
+ * alignment of 0: ext4 with journalled data, inline data, verity) would be
+ * CPU copies: refused with -EOPNOTSUPP, or with COMPAT bounced and counted
+ * in @bounce_bytes, never in @p2p_bytes.
+ *
  * Errors: -EBADF @fd is not open, or lacks the access mode (WRITE on an
  * O_RDONLY fd, READ on an O_WRONLY fd); -EINVAL size 0, size or an offset
  * not a multiple of the logical block size, @fd not opened with O_DIRECT,
  * @fd a character device or another kind of file, unknown flags, pad;
  * -EISDIR @fd is a directory; -ESPIPE @fd is a pipe or socket;
  * -EOPNOTSUPP the file's file system has no block device (tmpfs, procfs),
- * or the block device cannot do P2PDMA (without COMPAT); -ENXIO @addr is not
- * device memory (no peer-memory client claims it: RAM, for one); -EFAULT
- * the range runs past the end of its device-memory mapping, or is not
- * mapped; -ENOENT no such registration; -ERANGE the range runs past the end
+ * or the block device cannot do P2PDMA, or the file system would serve
+ * O_DIRECT through the page cache (both: without COMPAT); -ENXIO @addr is
+ * not device memory (no peer-memory client claims it: RAM, for one);
+ * -EFAULT the range runs past the end of its device-memory mapping, spans
+ * two mappings, or is not mapped; -EDQUOT the range would pin more than
+ * max_pinned_mib; -ENOENT no such registration; -ERANGE the range runs past the end
  * of the registration; -ESTALE the registration was invalidated (its memory
  * went away); -EPERM READ into a registration made without
  * P2PDIRECT_REG_WRITE; -EREMOTEIO the block device's DMA device cannot reach
  * the memory and COMPAT is not set; -ENOSPC WRITE past the end of a block
- * device; -EROFS WRITE to a read-only block device; -EIO and others: the
- * device or file system failed the transfer.
+ * device; -EPERM WRITE to a read-only block device (write(2)'s errno; ABI
+ * 1.5 said -EROFS); -ETXTBSY WRITE to an active swap device; -EIO and
+ * others: the device or file system failed the transfer.
  */
 struct p2pdirect_io {
 	__s32 fd;

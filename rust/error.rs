@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Errors: the errnos the kernel crate lacks, one way to refuse a request
+//! with a reason, and the lock order of the whole module.
+//!
+//! # Lock order
+//!
+//! Outer to inner; a lock is only taken while holding locks above it:
+//!
+//! 1. `OpenFile::regs` (a file's registrations)
+//! 2. the mmap lock of the calling process (peer-memory lookups, GUP; page
+//!    faults on device memory come in holding it)
+//! 3. `OpenFile::allocs` (a file's allocations; mmap takes it under 2.)
+//! 4. the graveyard (devmem: revoked memory waiting for its last pin)
+//! 5. `AllocState::inner` (an allocation's memory and subscribers; page
+//!    faults take it under 2.)
+//! 6. `Provider::inner`, then the provider list and the handle pool
+//! 7. `RegEntry::claim`, the statistics table, the peer-memory client
+//!    registry: leaves, under which nothing else is taken.
+//!
+//! Revocation calls subscribers (which take `RegEntry::claim`) with no lock
+//! of devmem's held. Nothing sleeps waiting for a pin with a lock held.
+
+use kernel::{bindings, prelude::*};
+
+fn errno(e: u32) -> Error {
+    // Every constant passed is a small positive errno from the bindings.
+    Error::from_errno(-(e as i32))
+}
+
+/// `EREMOTEIO`: the DMA device cannot reach the memory.
+pub(crate) fn eremoteio() -> Error {
+    errno(bindings::EREMOTEIO)
+}
+
+/// `ESTALE`: a registration whose memory went away.
+pub(crate) fn estale() -> Error {
+    errno(bindings::ESTALE)
+}
+
+/// `EOPNOTSUPP`.
+pub(crate) fn eopnotsupp() -> Error {
+    errno(bindings::EOPNOTSUPP)
+}
+
+/// `EDQUOT`: over the per-file pin quota (`max_pinned_mib`).
+pub(crate) fn edquot() -> Error {
+    errno(bindings::EDQUOT)
+}
+
+/// Refuses a request: returns `Err($err)` from the enclosing function after
+/// a rate-limited message saying why, so the caller learns what to fix.
+macro_rules! refuse {
+    ($err:expr, $($fmt:tt)*) => {{
+        if $crate::ffi::ratelimit() {
+            ::kernel::pr_info!($($fmt)*);
+        }
+        return Err($err);
+    }};
+}
+pub(crate) use refuse;

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Misc devices whose open files hold their module.
+//!
+//! `kernel::miscdevice::MiscDeviceRegistration` of Linux 7.2 registers file
+//! operations whose `owner` is NULL, so an open file (or a mapping, which
+//! holds its file) does not keep the module loaded: `rmmod` succeeds under a
+//! user and a later `close`, ioctl or page fault runs freed code. This
+//! registration copies the same vtable into its own `file_operations`, sets
+//! `owner`, and registers that, so `misc_open()`'s `fops_get()` takes a module
+//! reference that `__fput()` drops after `release` returned.
+
+use core::{marker::PhantomData, ptr::addr_of_mut};
+use kernel::{
+    bindings,
+    error::to_result,
+    miscdevice::{MiscDevice, MiscDeviceOptions},
+    prelude::*,
+    types::Opaque,
+};
+
+/// A registered misc device whose file operations are owned by a module.
+///
+/// # Invariants
+///
+/// `misc` is a `struct miscdevice` registered with `misc_register()` whose
+/// `fops` points at `fops`, a copy of `kernel::miscdevice`'s vtable for `T`
+/// with `owner` set; both stay at their address (pinned) until `Drop`
+/// deregistered the device.
+#[pin_data(PinnedDrop)]
+pub(crate) struct OwnedMiscDevice<T: MiscDevice> {
+    #[pin]
+    misc: Opaque<bindings::miscdevice>,
+    #[pin]
+    fops: Opaque<bindings::file_operations>,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: `misc_deregister` may run on another thread than `misc_register`.
+unsafe impl<T: MiscDevice> Send for OwnedMiscDevice<T> {}
+// SAFETY: no `&self` method touches the C structs.
+unsafe impl<T: MiscDevice> Sync for OwnedMiscDevice<T> {}
+
+impl<T: MiscDevice> OwnedMiscDevice<T> {
+    /// Registers a misc device for `T` whose files hold `module`.
+    pub(crate) fn register(
+        opts: MiscDeviceOptions,
+        module: &'static ThisModule,
+    ) -> impl PinInit<Self, Error> {
+        let init = move |slot: *mut Self| {
+            let raw = opts.into_raw::<T>();
+            // SAFETY: `slot` is valid for writes (pin-init contract); the
+            // fields are written before any use. `raw.fops` points at the
+            // kernel crate's static vtable for `T`, which is only read.
+            unsafe {
+                let fops = addr_of_mut!((*slot).fops).cast::<bindings::file_operations>();
+                fops.write(core::ptr::read(raw.fops));
+                (*fops).owner = module.as_ptr();
+                let misc = addr_of_mut!((*slot).misc).cast::<bindings::miscdevice>();
+                misc.write(raw);
+                (*misc).fops = fops;
+                // INVARIANT: registered with the owned vtable; on error the
+                // slot is simply abandoned (nothing was registered).
+                to_result(bindings::misc_register(misc))
+            }
+        };
+        // SAFETY: the closure initialises every field (`_t` is a ZST) or
+        // returns an error having registered nothing; the memory is pinned
+        // by the caller, and `Drop` deregisters before it goes.
+        unsafe { pin_init::pin_init_from_closure(init) }
+    }
+
+    /// The `file_operations` of the device: files whose `f_op` is this were
+    /// opened through it.
+    pub(crate) fn fops(&self) -> *const bindings::file_operations {
+        self.fops.get()
+    }
+}
+
+#[pinned_drop]
+impl<T: MiscDevice> PinnedDrop for OwnedMiscDevice<T> {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: registered by the type invariant; deregistered once, here.
+        unsafe { bindings::misc_deregister(self.misc.get()) };
+    }
+}

@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! User mappings of device memory whose pages the owner can take back.
+//!
+//! [`install`] gives a VMA set up by a driver's `mmap` a reference-counted
+//! object `T: DeviceMapping` and `vm_operations_struct` of its own: each VMA
+//! (the first one, and those made from it by a split or `mremap`) holds one
+//! reference, dropped when the VMA closes. A page fault, e.g. after
+//! `MADV_DONTNEED` zapped the pages, asks `T` for the page again; `T` answers
+//! from behind its own lock, so that revoking (taking the lock, marking the
+//! memory gone, then zapping) can never race with a fault that maps the page
+//! back. After revocation a fault is `SIGBUS`.
+//!
+//! [`lookup`] finds such a mapping from a user address of the calling
+//! process, so that the driver can learn which of its objects a user range
+//! lies in, exactly (the object, not a name that may be reused).
+
+use core::marker::PhantomData;
+use kernel::{
+    bindings,
+    ffi::c_void,
+    mm::virt::VmaNew,
+    prelude::*,
+    sync::Arc,
+    types::ForeignOwnable,
+};
+
+/// An object whose memory is mapped into user space through [`install`].
+pub(crate) trait DeviceMapping: Send + Sync + Sized + 'static {
+    /// Maps the page at byte `offset` of the object into `slot`: `true` if
+    /// it did, `false` (the fault becomes `SIGBUS`) if the memory is gone.
+    fn fault(&self, offset: u64, slot: FaultSlot<'_>) -> bool;
+}
+
+/// The place a faulting access waits for its page.
+///
+/// # Invariants
+///
+/// `vmf` is the `struct vm_fault` of a fault being handled (mmap lock or the
+/// VMA lock held) on a VMA set up by [`install`].
+pub(crate) struct FaultSlot<'a> {
+    vmf: *mut bindings::vm_fault,
+    _p: PhantomData<&'a mut bindings::vm_fault>,
+}
+
+impl FaultSlot<'_> {
+    /// The VMA and the page-aligned user address that faulted.
+    pub(crate) fn target(&self) -> (*mut bindings::vm_area_struct, usize) {
+        // SAFETY: `vmf` is valid during the fault (type invariant).
+        unsafe { ((*self.vmf).vma, (*self.vmf).address as usize) }
+    }
+}
+
+/// `vm_operations_struct` for mappings of `T`.
+struct Ops<T>(PhantomData<T>);
+
+impl<T: DeviceMapping> Ops<T> {
+    const VTABLE: bindings::vm_operations_struct = bindings::vm_operations_struct {
+        open: Some(Self::open),
+        close: Some(Self::close),
+        fault: Some(Self::fault),
+        // SAFETY: all-zero is a valid `vm_operations_struct` (no callbacks).
+        ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
+    };
+
+    fn build() -> &'static bindings::vm_operations_struct {
+        &Self::VTABLE
+    }
+
+    /// A VMA made from one of ours (split, mremap) takes its own reference.
+    unsafe extern "C" fn open(vma: *mut bindings::vm_area_struct) {
+        // SAFETY: the kernel passes a VMA whose private data `install` (or a
+        // previous `open`) set to a reference of `Arc<T>`, alive while the
+        // VMA it was copied from is.
+        let data = unsafe { <Arc<T> as ForeignOwnable>::borrow((*vma).vm_private_data) };
+        let mine: Arc<T> = data.into();
+        // SAFETY: `vma` is valid; the new VMA owns the reference taken above.
+        unsafe { (*vma).vm_private_data = mine.into_foreign().cast() };
+    }
+
+    unsafe extern "C" fn close(vma: *mut bindings::vm_area_struct) {
+        // SAFETY: this VMA owns one reference (see `install` and `open`);
+        // `close` is its last callback.
+        drop(unsafe { <Arc<T> as ForeignOwnable>::from_foreign((*vma).vm_private_data) });
+    }
+
+    unsafe extern "C" fn fault(vmf: *mut bindings::vm_fault) -> bindings::vm_fault_t {
+        // SAFETY: a fault on one of our VMAs: `vmf` and its VMA are valid and
+        // the VMA holds a reference on the object for the whole call.
+        let (data, offset) = unsafe {
+            let vma = (*vmf).vma;
+            let data = <Arc<T> as ForeignOwnable>::borrow((*vma).vm_private_data);
+            (data, ((*vmf).pgoff as u64) << kernel::page::PAGE_SHIFT)
+        };
+        // INVARIANT: the fault being handled.
+        let slot = FaultSlot {
+            vmf,
+            _p: PhantomData,
+        };
+        if data.fault(offset, slot) {
+            bindings::VM_FAULT_NOPAGE
+        } else {
+            bindings::VM_FAULT_SIGBUS
+        }
+    }
+}
+
+/// Hands `vma`, whose pages the caller has just inserted, to `data`: from now
+/// on faults and VMA copies go through `T`. Call last in `mmap`, once nothing
+/// can fail any more.
+pub(crate) fn install<T: DeviceMapping>(vma: &VmaNew, data: Arc<T>) {
+    let raw = vma.as_ptr();
+    // SAFETY: `vma` is being set up by `mmap` (mmap lock held for writing);
+    // the VMA owns the reference passed in, dropped by `close`.
+    unsafe {
+        (*raw).vm_private_data = data.into_foreign().cast::<c_void>();
+        (*raw).vm_ops = Ops::<T>::build();
+    }
+}
+
+/// Where a user range lies, as far as mappings of `T` are concerned.
+pub(crate) enum Lookup<T> {
+    /// Not in any mapping of `T`.
+    Elsewhere,
+    /// All in one mapping of `T`: the object and the file offset of the
+    /// range's first byte (the VMA's offset plus the distance into it).
+    Inside(Arc<T>, u64),
+    /// Partly in a mapping of `T` and partly outside it or in another one.
+    Straddles,
+}
+
+/// Finds where `[addr, addr + len)` of the calling process lies.
+pub(crate) fn lookup<T: DeviceMapping>(addr: u64, len: u64) -> Lookup<T> {
+    let Some(end) = addr.checked_add(len) else {
+        return Lookup::Elsewhere;
+    };
+    let Some(mm) = kernel::current!().mm() else {
+        return Lookup::Elsewhere;
+    };
+    let ops: *const bindings::vm_operations_struct = Ops::<T>::build();
+    let _guard = mm.mmap_read_lock();
+    let (Ok(addr), Ok(end)) = (usize::try_from(addr), usize::try_from(end)) else {
+        return Lookup::Elsewhere;
+    };
+    let mut at = addr;
+    let mut ours = 0usize;
+    let mut first: Option<(Arc<T>, u64)> = None;
+    let mut all_ours = true;
+    while at < end {
+        // SAFETY: the mmap lock is held (the guard); `find_vma` returns the
+        // first VMA ending above `at`, valid while the lock is held.
+        let vma = unsafe { bindings::find_vma(mm.as_raw(), at as _) };
+        if vma.is_null() {
+            all_ours = false;
+            break;
+        }
+        // SAFETY: `vma` is valid under the mmap lock.
+        let (start, vend, vops) =
+            unsafe { ((*vma).vm_start as usize, (*vma).vm_end as usize, (*vma).vm_ops) };
+        if start >= end {
+            all_ours = false;
+            break;
+        }
+        if start > at {
+            all_ours = false;
+        }
+        if core::ptr::eq(vops, ops) {
+            ours += 1;
+            if first.is_none() && start <= addr {
+                // SAFETY: one of our VMAs: its private data is an `Arc<T>`
+                // reference, alive under the mmap lock; we take our own.
+                let data: Arc<T> =
+                    unsafe { <Arc<T> as ForeignOwnable>::borrow((*vma).vm_private_data) }.into();
+                // SAFETY: as above.
+                let pgoff = unsafe { (*vma).vm_pgoff } as u64;
+                let off = (pgoff << kernel::page::PAGE_SHIFT) + (addr - start) as u64;
+                first = Some((data, off));
+            }
+        } else {
+            all_ours = false;
+        }
+        at = vend;
+    }
+    match (ours, first) {
+        (0, _) => Lookup::Elsewhere,
+        (1, Some((data, off))) if all_ours => Lookup::Inside(data, off),
+        _ => Lookup::Straddles,
+    }
+}

@@ -1,0 +1,899 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Careless and hostile use of /dev/p2pdirect (kselftest harness, TAP on
+ * stdout): module lifetime, sizes that must not reach an allocation, zeroed
+ * ALLOC, open modes, read(2)/write(2) parity on raw block devices, complete
+ * invalidation, no side effect of a failed call, resource bounds, honest
+ * accounting of CPU-copied bytes, refaults of live mappings.
+ *
+ * Every byte written to GPU memory is reported to the host in the record
+ * format of ci/hostcheck.py (whole allocations as "zero" when made, as ALLOC
+ * hands them out zeroed).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/p2pdirect.h>
+
+#include "kselftest_harness.h"
+#include "nvme_util.h"
+
+#define DEV_PATH "/dev/p2pdirect"
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+/* The guest loads the module with max_pinned_mib=96. */
+#define PIN_CAP (96 * MiB)
+#define MAX_REGS 4096
+
+struct gpu {
+	__u32 index;
+	__u32 pci;
+	char bdf[32];
+};
+
+FIXTURE(hd) {
+	int dev;
+	struct gpu gpu[2];
+	char ns1[64];
+	char sw_pci[256];
+};
+
+FIXTURE_SETUP(hd)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	char ns[64];
+	int g = 0;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	self->dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->dev, 0) TH_LOG("open %s: %s", DEV_PATH, strerror(errno));
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8 && g < 2; i++) {
+		if (p[i].kind != P2PDIRECT_PROVIDER_BAR)
+			continue;
+		self->gpu[g].index = p[i].index;
+		self->gpu[g].pci = p[i].pci_addr;
+		pci_name(p[i].pci_addr, self->gpu[g].bdf, sizeof(self->gpu[g].bdf));
+		g++;
+	}
+	ASSERT_EQ(2, g) TH_LOG("need two emulated GPUs");
+	ASSERT_TRUE(find_nvme_nsid(1, self->ns1, sizeof(self->ns1), NULL));
+	ASSERT_TRUE(find_nvme("p2pnvme-sw", ns, sizeof(ns), self->sw_pci));
+}
+
+FIXTURE_TEARDOWN(hd)
+{
+	close(self->dev);
+}
+
+static int alloc_on(int dev, const struct gpu *g, __u64 size, struct p2pdirect_alloc *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->provider = g->index;
+	a->size = size;
+	if (ioctl(dev, P2PDIRECT_IOC_ALLOC, a))
+		return -errno;
+	/* ALLOC hands out zeroed memory: that is what the host must find. */
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
+	       (unsigned long long)a->provider_offset, (unsigned long long)a->size);
+	return 0;
+}
+
+static int free_handle(int dev, __u64 handle)
+{
+	struct p2pdirect_free f = { .handle = handle };
+
+	return ioctl(dev, P2PDIRECT_IOC_FREE, &f) ? -errno : 0;
+}
+
+static void *map_alloc(int dev, const struct p2pdirect_alloc *a)
+{
+	return mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, dev, a->mmap_offset);
+}
+
+static int reg(int dev, const void *addr, __u64 size, __u64 *id)
+{
+	struct p2pdirect_register r = {
+		.addr = (uintptr_t)addr, .size = size, .flags = P2PDIRECT_REG_WRITE,
+	};
+
+	if (ioctl(dev, P2PDIRECT_IOC_REGISTER, &r))
+		return -errno;
+	if (id)
+		*id = r.id;
+	return 0;
+}
+
+static int reg_state(int dev, __u64 id)
+{
+	struct p2pdirect_reg_id q = { .id = id };
+
+	return ioctl(dev, P2PDIRECT_IOC_REG_QUERY, &q) ? -errno : (int)q.state;
+}
+
+static int io(int dev, bool write, int fd, __u32 flags, __u64 addr, __u64 size, __u64 foff,
+	      struct p2pdirect_io *out)
+{
+	struct p2pdirect_io req = {
+		.fd = fd, .flags = flags, .addr = addr, .size = size, .file_offset = foff,
+	};
+	int r = ioctl(dev, write ? P2PDIRECT_IOC_WRITE : P2PDIRECT_IOC_READ, &req) ? -errno : 0;
+
+	if (out)
+		*out = req;
+	return r;
+}
+
+static int probe(int dev, int fd, const void *addr, __u64 size)
+{
+	struct p2pdirect_dma_seg segs[4];
+	struct p2pdirect_dma_probe p = {
+		.fd = fd, .addr = (uintptr_t)addr, .size = size,
+		.segs = (uintptr_t)segs, .capacity = 4,
+	};
+
+	return ioctl(dev, P2PDIRECT_IOC_DMA_PROBE, &p) ? -errno : 0;
+}
+
+static __u64 nonzero(const volatile __u8 *p, __u64 len)
+{
+	__u64 n = 0;
+
+	for (__u64 i = 0; i < len; i++)
+		n += p[i] != 0;
+	return n;
+}
+
+/* A page mapped read-only: arguments there cannot take a result. */
+static void *ro_page(const void *content, size_t len)
+{
+	void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	memcpy(p, content, len);
+	if (mprotect(p, 4096, PROT_READ)) {
+		munmap(p, 4096);
+		return NULL;
+	}
+	return p;
+}
+
+/* The module's reference count from /proc/modules, or -1. */
+static int module_refs(void)
+{
+	char line[256];
+	int refs = -1;
+	FILE *f = fopen("/proc/modules", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "p2pdirect %*u %d", &refs) == 1)
+			break;
+	fclose(f);
+	return refs;
+}
+
+static int try_rmmod(void)
+{
+	return syscall(SYS_delete_module, "p2pdirect", O_NONBLOCK) ? -errno : 0;
+}
+
+/* --- 1. module lifetime ------------------------------------------------------ */
+
+/* An open /dev/p2pdirect holds the module: rmmod fails, "in use". */
+TEST_F(hd, rmmod_refused_while_open)
+{
+	int r;
+
+	EXPECT_GE(module_refs(), 1);
+	r = try_rmmod();
+	EXPECT_TRUE(r == -EWOULDBLOCK || r == -EBUSY) TH_LOG("delete_module: %s", strerror(-r));
+	ASSERT_NE(0, r) TH_LOG("the module unloaded under an open file");
+}
+
+/* A live mapping holds its file, and so the module, after close. */
+TEST(rmmod_refused_while_mapped)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	struct p2pdirect_alloc a = { .size = 64 * KiB };
+	volatile __u8 *m;
+	int dev, r;
+
+	dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(dev, 0);
+	ASSERT_EQ(0, ioctl(dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_BAR) {
+			a.provider = p[i].index;
+			break;
+		}
+	ASSERT_EQ(0, ioctl(dev, P2PDIRECT_IOC_ALLOC, &a));
+	m = mmap(NULL, a.size, PROT_READ, MAP_SHARED, dev, a.mmap_offset);
+	ASSERT_NE(MAP_FAILED, (void *)m);
+	close(dev);
+	r = try_rmmod();
+	ASSERT_NE(0, r) TH_LOG("the module unloaded under a live mapping");
+	EXPECT_TRUE(r == -EWOULDBLOCK || r == -EBUSY);
+	/* The mapping still works (and is zeroed memory). */
+	EXPECT_EQ(0u, nonzero(m, a.size));
+	munmap((void *)m, a.size);
+}
+
+/* --- 2. no user-sized kernel allocation -------------------------------------- */
+
+/* Huge sizes on a device-memory pointer: refused before any allocation. */
+TEST_F(hd, huge_sizes_on_device_memory)
+{
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io out;
+	__u8 *m;
+	int ns;
+
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ns = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(ns, 0);
+	EXPECT_EQ(-EFAULT, probe(self->dev, ns, m, 1ull << 50));
+	EXPECT_EQ(-EFAULT, io(self->dev, false, ns, 0, (uintptr_t)m, 1ull << 50, 0, &out));
+	EXPECT_EQ(-EDQUOT, reg(self->dev, m, 1ull << 50, NULL));
+	EXPECT_EQ(-EDQUOT, reg(self->dev, m, PIN_CAP + 4096, NULL));
+	close(ns);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+/*
+ * A user mapping of another driver's P2PDMA memory (the NVMe CMB through
+ * sysfs) with a huge size: the p2pdma-user client would pin it, so the size
+ * is capped by max_pinned_mib first (EDQUOT), never a kvmalloc of gigabytes.
+ */
+TEST_F(hd, huge_sizes_on_p2pmem_mapping)
+{
+	char path[300];
+	struct p2pdirect_io out;
+	void *m;
+	int f, ns;
+
+	snprintf(path, sizeof(path), "%s/p2pmem/allocate", self->sw_pci);
+	f = open(path, O_RDWR);
+	ASSERT_GE(f, 0) TH_LOG("open %s: %s", path, strerror(errno));
+	m = mmap(NULL, 64 * KiB, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	ns = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(ns, 0);
+	EXPECT_EQ(-EDQUOT, probe(self->dev, ns, m, 1ull << 40));
+	EXPECT_EQ(-EDQUOT, probe(self->dev, ns, m, PIN_CAP + 4096));
+	EXPECT_EQ(-EDQUOT, io(self->dev, false, ns, 0, (uintptr_t)m, 1ull << 40, 0, &out));
+	EXPECT_EQ(-EDQUOT, reg(self->dev, m, 1ull << 40, NULL));
+	/* Within the cap it is the pin that fails: the range is not all mapped. */
+	EXPECT_EQ(-EFAULT, probe(self->dev, ns, m, 2 * MiB));
+	EXPECT_EQ(0, probe(self->dev, ns, m, 64 * KiB));
+	close(ns);
+	munmap(m, 64 * KiB);
+	close(f);
+}
+
+/* --- 3. ALLOC hands out zeroed memory ---------------------------------------- */
+
+TEST_F(hd, alloc_is_zeroed_between_users)
+{
+	struct p2pdirect_alloc a, b;
+	__u8 *m;
+	pid_t pid;
+	int st;
+
+	/* Another process writes a secret and exits (its file closes). */
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		int dev = open(DEV_PATH, O_RDWR);
+
+		if (dev < 0 || alloc_on(dev, &self->gpu[1], 1 * MiB, &a))
+			_exit(1);
+		m = map_alloc(dev, &a);
+		if (m == MAP_FAILED)
+			_exit(2);
+		/* Unrecorded: the parent's ALLOC must zero it again. */
+		memset(m, 0x5a, a.size);
+		_exit(0);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	ASSERT_EQ(0, WEXITSTATUS(st));
+	/* The same memory (first fit) comes back zeroed. */
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[1], 1 * MiB, &b));
+	m = map_alloc(self->dev, &b);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(0u, nonzero(m, b.size));
+	/* And within one file: write, FREE, ALLOC again. */
+	memset(m, 0xa5, b.size);
+	munmap(m, b.size);
+	EXPECT_EQ(0, free_handle(self->dev, b.handle));
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[1], 1 * MiB, &b));
+	m = map_alloc(self->dev, &b);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(0u, nonzero(m, b.size));
+	munmap(m, b.size);
+	EXPECT_EQ(0, free_handle(self->dev, b.handle));
+}
+
+/* --- 4. open mode ---------------------------------------------------------------- */
+
+TEST_F(hd, read_only_open_may_only_look)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers lp = { .entries = (uintptr_t)p, .capacity = 8 };
+	struct p2pdirect_stat rows[16];
+	struct p2pdirect_stats s = { .entries = (uintptr_t)rows, .capacity = 16 };
+	struct p2pdirect_version v;
+	struct p2pdirect_alloc a = { .provider = self->gpu[0].index, .size = 4096 };
+	struct p2pdirect_free f = { .handle = 1 };
+	struct p2pdirect_reg_id q = { .id = 1 };
+	struct p2pdirect_io rd = { .fd = 0, .size = 4096 };
+	int ro = open(DEV_PATH, O_RDONLY | O_CLOEXEC);
+
+	ASSERT_GE(ro, 0);
+	EXPECT_EQ(0, ioctl(ro, P2PDIRECT_IOC_GET_VERSION, &v));
+	EXPECT_EQ(0, ioctl(ro, P2PDIRECT_IOC_LIST_PROVIDERS, &lp));
+	EXPECT_EQ(0, ioctl(ro, P2PDIRECT_IOC_STATS, &s));
+	s.flags = P2PDIRECT_STATS_RESET;
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_STATS, &s));
+	EXPECT_EQ(EBADF, errno);
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_ALLOC, &a));
+	EXPECT_EQ(EBADF, errno);
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_FREE, &f));
+	EXPECT_EQ(EBADF, errno);
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_REG_QUERY, &q));
+	EXPECT_EQ(EBADF, errno);
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_DEREGISTER, &q));
+	EXPECT_EQ(EBADF, errno);
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_READ, &rd));
+	EXPECT_EQ(EBADF, errno);
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_WRITE, &rd));
+	EXPECT_EQ(EBADF, errno);
+	EXPECT_EQ(-EBADF, reg(ro, &v, 16, NULL));
+	EXPECT_EQ(-EBADF, probe(ro, 0, &v, 16));
+	/* Not a command at all: still ENOTTY. */
+	EXPECT_EQ(-1, ioctl(ro, _IOWR(P2PDIRECT_IOCTL_MAGIC, 0xef, struct p2pdirect_version), &v));
+	EXPECT_EQ(ENOTTY, errno);
+	close(ro);
+}
+
+/* --- 5. read(2)/write(2) parity on raw block devices --------------------------- */
+
+static int sh(const char *cmd)
+{
+	int r = system(cmd);
+
+	return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
+}
+
+/* A loop device over a file in /tmp, made into active swap. */
+TEST_F(hd, active_swap_device_etxtbsy)
+{
+	char loop[64] = "";
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io out;
+	FILE *p;
+	__u8 *m;
+	void *buf;
+	int fd;
+
+	ASSERT_EQ(0, sh("dd if=/dev/zero of=/tmp/swap.img bs=1M count=8 2>/dev/null"));
+	p = popen("losetup -f --show /tmp/swap.img", "r");
+	ASSERT_NE(NULL, p);
+	ASSERT_NE(NULL, fgets(loop, sizeof(loop), p));
+	pclose(p);
+	loop[strcspn(loop, "\n")] = 0;
+	{
+		char cmd[160];
+
+		snprintf(cmd, sizeof(cmd), "mkswap %s >/dev/null && swapon %s", loop, loop);
+		ASSERT_EQ(0, sh(cmd)) TH_LOG("swapon %s failed", loop);
+	}
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	fd = open(loop, O_RDWR | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	/* write(2) refuses it... */
+	ASSERT_EQ(0, posix_memalign(&buf, 4096, 4096));
+	memset(buf, 0, 4096);
+	EXPECT_EQ(-1, pwrite(fd, buf, 4096, 1 * MiB));
+	EXPECT_EQ(ETXTBSY, errno);
+	/* ...and so does WRITE, whatever the memory. */
+	EXPECT_EQ(-ETXTBSY, io(self->dev, true, fd, 0, (uintptr_t)m, 4096, 1 * MiB, &out));
+	EXPECT_EQ(-ETXTBSY,
+		  io(self->dev, true, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 4096, 1 * MiB, &out));
+	close(fd);
+	{
+		char cmd[200];
+
+		snprintf(cmd, sizeof(cmd), "swapoff %s && losetup -d %s && rm -f /tmp/swap.img",
+			 loop, loop);
+		EXPECT_EQ(0, sh(cmd));
+	}
+	free(buf);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+/* A read-only block device: write(2) says EPERM, so does WRITE. */
+TEST_F(hd, read_only_block_device_eperm)
+{
+	char loop[64] = "", cmd[200];
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io out;
+	FILE *p;
+	__u8 *m;
+	void *buf;
+	int fd;
+
+	ASSERT_EQ(0, sh("dd if=/dev/zero of=/tmp/ro.img bs=1M count=4 2>/dev/null"));
+	p = popen("losetup -f --show /tmp/ro.img", "r");
+	ASSERT_NE(NULL, p);
+	ASSERT_NE(NULL, fgets(loop, sizeof(loop), p));
+	pclose(p);
+	loop[strcspn(loop, "\n")] = 0;
+	fd = open(loop, O_RDWR | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	snprintf(cmd, sizeof(cmd), "blockdev --setro %s", loop);
+	ASSERT_EQ(0, sh(cmd));
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_EQ(0, posix_memalign(&buf, 4096, 4096));
+	memset(buf, 0, 4096);
+	EXPECT_EQ(-1, pwrite(fd, buf, 4096, 0));
+	EXPECT_EQ(EPERM, errno);
+	EXPECT_EQ(-EPERM, io(self->dev, true, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 4096, 0, &out));
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "losetup -d %s && rm -f /tmp/ro.img", loop);
+	EXPECT_EQ(0, sh(cmd));
+	free(buf);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+/* READ and WRITE on a raw namespace send the events read(2)/write(2) send. */
+TEST_F(hd, raw_io_sends_fsnotify_events)
+{
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io out;
+	char ev[4096];
+	__u32 seen = 0;
+	__u8 *m;
+	int in, fd;
+	ssize_t n;
+
+	in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	ASSERT_GE(in, 0);
+	ASSERT_GE(inotify_add_watch(in, self->ns1, IN_ACCESS | IN_MODIFY), 0);
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	fd = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	/* NSID 1 holds fill(o, 1) in its first 32 MiB: read 64 KiB at 30 MiB. */
+	ASSERT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 64 * KiB, 30 * MiB, &out));
+	EXPECT_EQ(64 * KiB, out.bytes);
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu fill=1 pos=%llu guard=0\n",
+	       self->gpu[0].bdf, (unsigned long long)a.provider_offset, 64 * KiB,
+	       30 * MiB);
+	usleep(1000);
+	while ((n = read(in, ev, sizeof(ev))) > 0)
+		for (char *e = ev; e < ev + n;) {
+			struct inotify_event *ie = (struct inotify_event *)e;
+
+			seen |= ie->mask;
+			e += sizeof(*ie) + ie->len;
+		}
+	EXPECT_NE(0u, seen & IN_ACCESS) TH_LOG("no IN_ACCESS after READ (mask %#x)", seen);
+	close(fd);
+	close(in);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+/* --- 6. complete invalidation ---------------------------------------------------- */
+
+/*
+ * Two allocations mapped side by side: a range over both is refused with
+ * EFAULT by REGISTER, DMA_PROBE and READ alike, never claimed as one.
+ */
+TEST_F(hd, range_over_two_allocations_efault)
+{
+	struct p2pdirect_alloc a, b;
+	struct p2pdirect_io out;
+	__u8 *m, *n;
+	int ns;
+
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[1], 64 * KiB, &b));
+	/* Reserve room for both, then map each at its place. */
+	m = mmap(NULL, 128 * KiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_EQ(m, mmap(m, a.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, self->dev,
+			  a.mmap_offset));
+	n = m + a.size;
+	ASSERT_EQ(n, mmap(n, b.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, self->dev,
+			  b.mmap_offset));
+	ns = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(ns, 0);
+	EXPECT_EQ(-EFAULT, reg(self->dev, m + 60 * KiB, 8 * KiB, NULL));
+	EXPECT_EQ(-EFAULT, probe(self->dev, ns, m + 60 * KiB, 8 * KiB));
+	EXPECT_EQ(-EFAULT, io(self->dev, false, ns, 0, (uintptr_t)m + 60 * KiB, 8 * KiB, 0, &out));
+	/* Each alone is fine. */
+	EXPECT_EQ(0, probe(self->dev, ns, m, a.size));
+	EXPECT_EQ(0, probe(self->dev, ns, n, b.size));
+	close(ns);
+	munmap(m, 128 * KiB);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+	EXPECT_EQ(0, free_handle(self->dev, b.handle));
+}
+
+/* The NVMe CMB's sysfs mapping right before a GPU mapping: EFAULT too. */
+TEST_F(hd, range_from_cmb_into_gpu_mapping_efault)
+{
+	char path[300];
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io out;
+	__u8 *m;
+	int f, ns;
+
+	snprintf(path, sizeof(path), "%s/p2pmem/allocate", self->sw_pci);
+	f = open(path, O_RDWR);
+	ASSERT_GE(f, 0);
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = mmap(NULL, 128 * KiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_EQ(m, mmap(m, 64 * KiB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, f, 0));
+	ASSERT_EQ(m + 64 * KiB, mmap(m + 64 * KiB, a.size, PROT_READ | PROT_WRITE,
+				     MAP_SHARED | MAP_FIXED, self->dev, a.mmap_offset));
+	ns = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(ns, 0);
+	EXPECT_EQ(-EFAULT, reg(self->dev, m + 60 * KiB, 8 * KiB, NULL));
+	EXPECT_EQ(-EFAULT, probe(self->dev, ns, m + 60 * KiB, 8 * KiB));
+	EXPECT_EQ(-EFAULT, io(self->dev, false, ns, 0, (uintptr_t)m + 60 * KiB, 8 * KiB, 0, &out));
+	close(ns);
+	munmap(m, 128 * KiB);
+	close(f);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+/*
+ * FREE with registrations on the memory, one of another file: returns at
+ * once (never EBUSY), and every registration is dead afterwards.
+ */
+TEST_F(hd, free_never_waits_for_registrations)
+{
+	struct p2pdirect_alloc a, b;
+	struct timespec t0, t1;
+	__u64 mine = 0, theirs = 0;
+	int other;
+	__u8 *m;
+
+	other = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(other, 0);
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 256 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_EQ(0, reg(self->dev, m, a.size, &mine));
+	ASSERT_EQ(0, reg(other, m + 4096, 8192, &theirs));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	TH_LOG("FREE took %ld us",
+	       (long)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000));
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(self->dev, mine));
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(other, theirs));
+	/* The memory comes back: the same size fits at the same place. */
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 256 * KiB, &b));
+	EXPECT_EQ(a.provider_offset, b.provider_offset);
+	EXPECT_EQ(0, free_handle(self->dev, b.handle));
+	munmap(m, a.size);
+	close(other);
+}
+
+/* --- 7. no side effect on a failed call ---------------------------------------- */
+
+/* READ whose argument is read-only: EFAULT, and no byte moved. */
+TEST_F(hd, read_with_read_only_argument_moves_nothing)
+{
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io req;
+	void *ro;
+	__u8 *m;
+	int fd;
+
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	fd = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	memset(&req, 0, sizeof(req));
+	req.fd = fd;
+	req.addr = (uintptr_t)m;
+	req.size = 64 * KiB;
+	req.file_offset = 1 * MiB;
+	ro = ro_page(&req, sizeof(req));
+	ASSERT_NE(NULL, ro);
+	EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_READ, ro));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(0u, nonzero(m, a.size)) TH_LOG("the data moved although READ failed");
+	munmap(ro, 4096);
+	close(fd);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+static __u64 total_reads(int dev)
+{
+	struct p2pdirect_stat rows[32];
+	struct p2pdirect_stats s = { .entries = (uintptr_t)rows, .capacity = 32 };
+	__u64 n = 0;
+
+	if (ioctl(dev, P2PDIRECT_IOC_STATS, &s))
+		return 0;
+	for (__u32 i = 0; i < s.count && i < 32; i++)
+		n += rows[i].reads;
+	return n;
+}
+
+/* STATS with RESET that cannot report: the counters stay. */
+TEST_F(hd, stats_reset_that_cannot_report_keeps_counters)
+{
+	struct p2pdirect_stat rows[32];
+	struct p2pdirect_stats s = {
+		.entries = (uintptr_t)rows, .capacity = 32, .flags = P2PDIRECT_STATS_RESET,
+	};
+	struct p2pdirect_alloc a;
+	__u64 before;
+	void *ro;
+	__u8 *m;
+	int fd;
+
+	/* At least one READ counted. */
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	fd = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 4096, 40 * MiB, NULL));
+	printf("# HOSTCHECK gpu=%s off=%llu len=4096 zero guard=0\n", self->gpu[0].bdf,
+	       (unsigned long long)a.provider_offset);
+	close(fd);
+	before = total_reads(self->dev);
+	ASSERT_GT(before, 0u);
+	/* The struct itself read-only. */
+	ro = ro_page(&s, sizeof(s));
+	ASSERT_NE(NULL, ro);
+	EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_STATS, ro));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(before, total_reads(self->dev));
+	munmap(ro, 4096);
+	/* The rows' buffer read-only. */
+	ro = ro_page(rows, 16);
+	ASSERT_NE(NULL, ro);
+	s.entries = (uintptr_t)ro;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_STATS, &s));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(before, total_reads(self->dev));
+	munmap(ro, 4096);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+/* --- 8. resource bounds ------------------------------------------------------------ */
+
+/* Handles are recycled, and a refused ALLOC consumes none. */
+TEST_F(hd, handles_recycled_refused_alloc_consumes_nothing)
+{
+	struct p2pdirect_alloc a, big = { .provider = self->gpu[0].index, .size = 1ull << 40 };
+	__u64 first, highest = 0;
+
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 4096, &a));
+	first = a.handle;
+	ASSERT_EQ(0, free_handle(self->dev, a.handle));
+	for (int i = 0; i < 20; i++) {
+		EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_ALLOC, &big));
+		EXPECT_EQ(ENOMEM, errno);
+	}
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 4096, &a));
+	EXPECT_EQ(first, a.handle);
+	ASSERT_EQ(0, free_handle(self->dev, a.handle));
+	for (int i = 0; i < 2000; i++) {
+		memset(&a, 0, sizeof(a));
+		a.provider = self->gpu[0].index;
+		a.size = 4096;
+		ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_ALLOC, &a));
+		if (a.handle > highest)
+			highest = a.handle;
+		ASSERT_EQ(0, free_handle(self->dev, a.handle));
+	}
+	EXPECT_LT(highest, first + 64) TH_LOG("handles grow: %llu after 2000 rounds",
+					      (unsigned long long)highest);
+	printf("# HOSTCHECK gpu=%s off=%llu len=4096 zero guard=0\n", self->gpu[0].bdf,
+	       (unsigned long long)a.provider_offset);
+}
+
+static __u64 pinned_of(int dev, __u32 pci)
+{
+	struct p2pdirect_stat rows[32];
+	struct p2pdirect_stats s = { .entries = (uintptr_t)rows, .capacity = 32 };
+
+	if (ioctl(dev, P2PDIRECT_IOC_STATS, &s))
+		return ~0ull;
+	for (__u32 i = 0; i < s.count && i < 32; i++)
+		if (rows[i].kind == P2PDIRECT_STAT_PROVIDER && rows[i].id == pci)
+			return rows[i].pinned_bytes;
+	return 0;
+}
+
+/* The cap counts the pages a registration pins, not the bytes asked for. */
+TEST_F(hd, pin_cap_counts_pinned_pages)
+{
+	struct p2pdirect_alloc a, b;
+	struct p2pdirect_reg_id d;
+	__u64 before, id = 0;
+	__u8 *m, *n;
+
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 48 * MiB, &a));
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[1], 48 * MiB, &b));
+	m = map_alloc(self->dev, &a);
+	n = map_alloc(self->dev, &b);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_NE(MAP_FAILED, n);
+	/* Two bytes across a page boundary pin two pages. */
+	before = pinned_of(self->dev, self->gpu[0].pci);
+	ASSERT_EQ(0, reg(self->dev, m + 4095, 2, &id));
+	EXPECT_EQ(before + 8192, pinned_of(self->dev, self->gpu[0].pci));
+	/* 48 MiB + 48 MiB - 4 KiB + those 8 KiB pass the 96 MiB cap. */
+	ASSERT_EQ(0, reg(self->dev, m + 4 * MiB, 44 * MiB, NULL));
+	ASSERT_EQ(0, reg(self->dev, n, 48 * MiB, NULL));
+	EXPECT_EQ(-EDQUOT, reg(self->dev, m, 4 * MiB - 8192, NULL));
+	memset(&d, 0, sizeof(d));
+	d.id = id;
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_DEREGISTER, &d));
+	EXPECT_EQ(0, reg(self->dev, m, 4 * MiB - 8192, NULL));
+	munmap(m, a.size);
+	munmap(n, b.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+	EXPECT_EQ(0, free_handle(self->dev, b.handle));
+}
+
+/* A file holds at most 4096 registrations: the next gets ENOSPC. */
+TEST_F(hd, registrations_per_file_bounded)
+{
+	struct p2pdirect_alloc a;
+	int dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	__u8 *m;
+
+	ASSERT_GE(dev, 0);
+	ASSERT_EQ(0, alloc_on(dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	for (int i = 0; i < MAX_REGS; i++) {
+		ASSERT_EQ(0, reg(dev, m + i, 1, NULL)) TH_LOG("registration %d", i);
+	}
+	EXPECT_EQ(-ENOSPC, reg(dev, m + 8192, 1, NULL));
+	munmap(m, a.size);
+	/* Closing drops them all. */
+	close(dev);
+}
+
+/* --- 9. honest accounting ---------------------------------------------------------- */
+
+/*
+ * ext4 with journalled data (chattr +j; /mnt/ext4 is mounted nodelalloc)
+ * serves O_DIRECT through the page cache: refused without COMPAT, counted
+ * as bounced bytes with it, never as P2P.
+ */
+TEST_F(hd, dio_through_page_cache_is_not_p2p)
+{
+	const char *path = "/mnt/ext4/journalled.bin";
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io out;
+	int fd, attr = FS_JOURNAL_DATA_FL;
+	__u8 *m, buf[4096];
+
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, ioctl(fd, FS_IOC_SETFLAGS, &attr)) TH_LOG("chattr +j: %s", strerror(errno));
+	memset(buf, 0x3c, sizeof(buf));
+	for (int i = 0; i < 16; i++)
+		ASSERT_EQ((ssize_t)sizeof(buf), write(fd, buf, sizeof(buf)));
+	fsync(fd);
+	close(fd);
+	fd = open(path, O_RDWR | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(-EOPNOTSUPP, io(self->dev, false, fd, 0, (uintptr_t)m, 64 * KiB, 0, &out));
+	EXPECT_EQ(0u, nonzero(m, a.size));
+	ASSERT_EQ(0, io(self->dev, false, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 64 * KiB, 0,
+			&out));
+	EXPECT_EQ(64 * KiB, out.bytes);
+	EXPECT_EQ(64 * KiB, out.bounce_bytes);
+	EXPECT_EQ(0u, out.p2p_bytes);
+	for (__u64 i = 0; i < 64 * KiB; i++)
+		if (m[i] != 0x3c) {
+			EXPECT_EQ(0x3c, m[i]) TH_LOG("byte %llu", (unsigned long long)i);
+			break;
+		}
+	/* Put the GPU memory back to the zeros the host expects. */
+	memset(m, 0, a.size);
+	close(fd);
+	unlink(path);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+/* --- 10. a live mapping refaults ------------------------------------------------- */
+
+static sigjmp_buf bus_jmp;
+
+static void on_bus(int sig)
+{
+	(void)sig;
+	siglongjmp(bus_jmp, 1);
+}
+
+TEST_F(hd, madv_dontneed_refaults_live_memory)
+{
+	struct p2pdirect_alloc a;
+	struct sigaction sa = { .sa_handler = on_bus }, old;
+	volatile __u8 *m;
+	volatile int got_bus = 0;
+
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[1], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, (void *)m);
+	for (__u64 i = 0; i < a.size; i++)
+		m[i] = (__u8)(i * 7 + 3);
+	ASSERT_EQ(0, madvise((void *)m, a.size, MADV_DONTNEED));
+	sigaction(SIGBUS, &sa, &old);
+	if (sigsetjmp(bus_jmp, 1) == 0) {
+		__u64 bad = 0;
+
+		for (__u64 i = 0; i < a.size; i++)
+			bad += m[i] != (__u8)(i * 7 + 3);
+		EXPECT_EQ(0u, bad);
+	} else {
+		got_bus = 1;
+	}
+	EXPECT_EQ(0, got_bus) TH_LOG("SIGBUS on a live allocation after MADV_DONTNEED");
+	/* Once freed, the same mapping gives SIGBUS. */
+	memset((void *)m, 0, a.size);
+	ASSERT_EQ(0, free_handle(self->dev, a.handle));
+	got_bus = 0;
+	if (sigsetjmp(bus_jmp, 1) == 0)
+		(void)m[0];
+	else
+		got_bus = 1;
+	EXPECT_EQ(1, got_bus);
+	sigaction(SIGBUS, &old, NULL);
+	munmap((void *)m, a.size);
+}
+
+TEST_HARNESS_MAIN

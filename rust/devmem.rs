@@ -241,7 +241,7 @@ impl Provider {
             for s in inner.allocs.iter() {
                 // Best effort on allocation failure: the wait below would
                 // then be long, never unsafe (the memory stays ours).
-                let _ = v.push(s.clone(), GFP_ATOMIC);
+                let _ = v.push(s.clone(), GFP_KERNEL);
             }
             v
         };
@@ -279,7 +279,8 @@ pub(crate) fn refresh_published() -> Result {
         let mut i = 0;
         while i < list.len() {
             if list[i].kind == Kind::Published && !list[i].pdev.has_published_p2pmem() {
-                withdrawn.push(list.remove(i)?, GFP_KERNEL)?;
+                let p = list.remove(i).map_err(|_| EINVAL)?;
+                withdrawn.push(p, GFP_KERNEL)?;
             } else {
                 i += 1;
             }
@@ -310,6 +311,42 @@ pub(crate) fn refresh_published() -> Result {
         p.revoke_all();
     }
     Ok(())
+}
+
+/// Published memory goes away with its driver: before that driver's
+/// `remove` tears its P2PDMA pool down (waiting for every page reference),
+/// p2pdirect revokes its allocations of it and waits for their I/O to end.
+pub(crate) struct PublishedUnbind;
+
+impl crate::sys::pci_notify::PciUnbind for PublishedUnbind {
+    fn unbinding(id: usize) {
+        let gone = {
+            let mut list = PROVIDERS.lock();
+            let mut gone = KVec::new();
+            let mut i = 0;
+            while i < list.len() {
+                if list[i].kind == Kind::Published && list[i].pdev.id() == id {
+                    if let Ok(p) = list.remove(i) {
+                        // On failure the provider is dropped here: its
+                        // allocations still hold it and are revoked below
+                        // through the graveyard's wait.
+                        let _ = gone.push(p, GFP_KERNEL);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            gone
+        };
+        for p in gone.iter() {
+            pr_info!(
+                "provider {}: its driver is unbinding; allocations of it are revoked\n",
+                p.index
+            );
+            p.revoke_all();
+            reap_wait(Some(p.index));
+        }
+    }
 }
 
 /// Finds a provider by index.
@@ -621,15 +658,23 @@ impl Allocation {
             }
         };
         let (handle, state) = state;
-        {
-            let mut p = provider.inner.lock();
-            if let Err(e) = p.allocs.push(state.clone(), GFP_KERNEL) {
-                drop(p);
-                undo(&provider, backing, size);
-                return Err(e.into());
-            }
-        }
+        // Live before anyone can see it: a revocation (device removal) that
+        // finds it in the provider's list then takes its memory like any.
         state.inner.lock().live = Some(Live { backing, mapping });
+        let listed = {
+            let mut p = provider.inner.lock();
+            if p.gone {
+                Err(ENODEV)
+            } else {
+                p.allocs.push(state.clone(), GFP_KERNEL).map_err(Error::from)
+            }
+        };
+        if let Err(e) = listed {
+            if let Some(live) = state.inner.lock().live.take() {
+                undo(&provider, live.backing, size);
+            }
+            return Err(e);
+        }
         let info = AllocInfo {
             handle: state.handle,
             size,

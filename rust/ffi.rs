@@ -57,7 +57,11 @@ mod shim {
             addr: kernel::ffi::c_ulong,
             kaddr: *mut c_void,
         ) -> c_int;
-        pub(super) fn p2pdirect_pin_within(pin: *mut c_void, kaddr: *mut c_void, len: usize) -> bool;
+        pub(super) fn p2pdirect_pin_within(
+            pin: *mut c_void,
+            kaddr: *mut c_void,
+            len: usize,
+        ) -> bool;
         pub(super) fn p2pdirect_rw_verify(f: *mut file, pos: u64, len: u64, write: bool) -> c_int;
         pub(super) fn p2pdirect_fsnotify(f: *mut file, write: bool);
         pub(super) fn p2pdirect_dio_falls_back(f: *mut file) -> bool;
@@ -265,6 +269,12 @@ impl PciFunction {
         unsafe { shim::p2pdirect_pci_dev_get(raw.as_ptr()) };
         // INVARIANT: the reference taken just above.
         Self(raw)
+    }
+
+    /// Identifies the function while it is referenced (its `struct pci_dev`),
+    /// as `sys::pci_notify` names devices.
+    pub(crate) fn id(&self) -> usize {
+        self.0.as_ptr() as usize
     }
 
     /// The function's address, as `P2PDIRECT_PCI_ADDR()` encodes it.

@@ -57,6 +57,9 @@ struct P2pDirect {
     stats_file: kernel::debugfs::File<stats::DebugfsStats>,
     /// debugfs `p2pdirect/`: removed after its file.
     debugfs: kernel::debugfs::Dir,
+    /// Revokes allocations of published memory before its driver unbinds.
+    #[pin]
+    published_unbind: sys::pci_notify::PciUnbindNotifier<devmem::PublishedUnbind>,
     /// The PCI driver that turns device BARs into providers.
     #[pin]
     bar_driver: driver::Registration<pci::Adapter<bar_driver::BarDriver>>,
@@ -86,6 +89,7 @@ impl kernel::InPlaceModule for P2pDirect {
             bio_pool: ffi::BioPool::new()?,
             peer_clients: peer_clients::Builtins::register()?,
             bar_driver <- driver::Registration::new(c"p2pdirect", module),
+            published_unbind <- sys::pci_notify::PciUnbindNotifier::register(),
             stats_file <- debugfs.read_write_callback_file(
                 c"stats",
                 stats::DebugfsStats,

@@ -275,8 +275,7 @@ pub(crate) fn acquire(range: UserRange) -> Result<Claim> {
     ask(clients, range)
 }
 
-impl Registry {
-}
+impl Registry {}
 
 #[cfg(CONFIG_KUNIT)]
 #[kernel::macros::kunit_tests(p2pdirect_peer_mem)]
@@ -447,8 +446,14 @@ mod tests {
     fn pinned_bytes_are_whole_pages() {
         assert_eq!(UserRange::new(0x1000, 1).unwrap().pinned_bytes(), 0x1000);
         assert_eq!(UserRange::new(0x1fff, 2).unwrap().pinned_bytes(), 0x2000);
-        assert_eq!(UserRange::new(0x1000, 0x1000).unwrap().pinned_bytes(), 0x1000);
-        assert_eq!(UserRange::new(0x1800, 0x1000).unwrap().pinned_bytes(), 0x2000);
+        assert_eq!(
+            UserRange::new(0x1000, 0x1000).unwrap().pinned_bytes(),
+            0x1000
+        );
+        assert_eq!(
+            UserRange::new(0x1800, 0x1000).unwrap().pinned_bytes(),
+            0x2000
+        );
     }
 
     #[test]

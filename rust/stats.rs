@@ -340,7 +340,10 @@ mod tests {
         t.add(&k, &io(true, true, 512, 10));
         t.put_back(taken);
         let c = t.rows()[0].1;
-        assert_eq!((c.reads, c.writes, c.bytes_read, c.bytes_written), (1, 1, 4096, 512));
+        assert_eq!(
+            (c.reads, c.writes, c.bytes_read, c.bytes_written),
+            (1, 1, 4096, 512)
+        );
         assert_eq!((c.lat_min_ns, c.lat_max_ns, c.lat_avg_ns()), (10, 50, 30));
     }
 

@@ -5,4 +5,5 @@
 //! file. They import only `kernel` and its bindings, never a domain module.
 
 pub(crate) mod miscdev;
+pub(crate) mod pci_notify;
 pub(crate) mod vma;

@@ -234,7 +234,7 @@ run_checks() {
 
 	kunit_suites
 	run_suite c-abi /tests/p2pdirect_test
-	run_suite c-harden /tests/harden_test
+	run_suite c-harden /tests/harden_test -T cmb_unbind_revokes_allocations
 	run_suite c-devmem /tests/devmem_test
 	run_suite c-peermem /tests/peermem_test
 	run_suite c-storage /tests/storage_test
@@ -254,11 +254,19 @@ run_checks() {
 	fails=0
 	check "umount /mnt/ext4" umount /mnt/ext4
 	check "umount /mnt/xfs" umount /mnt/xfs
+	say "1..$n"
+	say "# suite-exit: guest-teardown $fails"
+	# The CMB's driver unbinds under a live allocation: needs the
+	# namespaces of that controller unmounted.
+	run_suite c-harden-unbind /tests/harden_test -t cmb_unbind_revokes_allocations
+	say "# suite: guest-unload"
+	n=0
+	fails=0
 	check "rmmod p2pdirect" rmmod p2pdirect
 	check "module and /dev/p2pdirect gone" module_gone
 	check "kmemleak reports nothing" kmemleak_clean
 	say "1..$n"
-	say "# suite-exit: guest-teardown $fails"
+	say "# suite-exit: guest-unload $fails"
 }
 
 # The main job: NVMe -> emulated GPU memory -> NVMe with p2pdirect, checked

@@ -17,12 +17,7 @@
 
 use core::marker::PhantomData;
 use kernel::{
-    bindings,
-    ffi::c_void,
-    mm::virt::VmaNew,
-    prelude::*,
-    sync::Arc,
-    types::ForeignOwnable,
+    bindings, ffi::c_void, mm::virt::VmaNew, prelude::*, sync::Arc, types::ForeignOwnable,
 };
 
 /// An object whose memory is mapped into user space through [`install`].
@@ -59,8 +54,7 @@ impl<T: DeviceMapping> Ops<T> {
         open: Some(Self::open),
         close: Some(Self::close),
         fault: Some(Self::fault),
-        // SAFETY: all-zero is a valid `vm_operations_struct` (no callbacks).
-        ..unsafe { core::mem::MaybeUninit::zeroed().assume_init() }
+        ..pin_init::zeroed()
     };
 
     fn build() -> &'static bindings::vm_operations_struct {
@@ -155,8 +149,13 @@ pub(crate) fn lookup<T: DeviceMapping>(addr: u64, len: u64) -> Lookup<T> {
             break;
         }
         // SAFETY: `vma` is valid under the mmap lock.
-        let (start, vend, vops) =
-            unsafe { ((*vma).vm_start as usize, (*vma).vm_end as usize, (*vma).vm_ops) };
+        let (start, vend, vops) = unsafe {
+            (
+                (*vma).vm_start as usize,
+                (*vma).vm_end as usize,
+                (*vma).vm_ops,
+            )
+        };
         if start >= end {
             all_ours = false;
             break;

@@ -160,6 +160,14 @@ static __u64 nonzero(const volatile __u8 *p, __u64 len)
 	return n;
 }
 
+static sigjmp_buf bus_jmp;
+
+static void on_bus(int sig)
+{
+	(void)sig;
+	siglongjmp(bus_jmp, 1);
+}
+
 /* A page mapped read-only: arguments there cannot take a result. */
 static void *ro_page(const void *content, size_t len)
 {
@@ -851,14 +859,6 @@ TEST_F(hd, dio_through_page_cache_is_not_p2p)
 
 /* --- 10. a live mapping refaults ------------------------------------------------- */
 
-static sigjmp_buf bus_jmp;
-
-static void on_bus(int sig)
-{
-	(void)sig;
-	siglongjmp(bus_jmp, 1);
-}
-
 TEST_F(hd, madv_dontneed_refaults_live_memory)
 {
 	struct p2pdirect_alloc a;
@@ -894,6 +894,87 @@ TEST_F(hd, madv_dontneed_refaults_live_memory)
 	EXPECT_EQ(1, got_bus);
 	sigaction(SIGBUS, &old, NULL);
 	munmap((void *)m, a.size);
+}
+
+/* --- 11. published memory goes with its driver -------------------------------- */
+
+static int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, s, strlen(s));
+	close(fd);
+	return n == (ssize_t)strlen(s) ? 0 : -errno;
+}
+
+/*
+ * Unbinding the NVMe driver of the controller whose CMB p2pdirect allocated
+ * from: the unbind completes (p2pdirect revokes its allocations first: the
+ * registration is dead, the mapping gives SIGBUS), and after a rebind the
+ * CMB is a provider again. Run alone at teardown (the namespaces of that
+ * controller go away meanwhile): harden_test -t cmb_unbind_revokes_allocations.
+ */
+TEST(cmb_unbind_revokes_allocations)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	struct p2pdirect_alloc a = { .size = 64 * KiB };
+	struct sigaction sa = { .sa_handler = on_bus }, old;
+	char ns[64], pci_dir[256], bdf[32], *slash;
+	volatile int got_bus = 0;
+	volatile __u8 *m;
+	__u64 id = 0;
+	int dev, found = 0;
+
+	ASSERT_TRUE(find_nvme("p2pnvme-sw", ns, sizeof(ns), pci_dir));
+	slash = strrchr(pci_dir, '/');
+	ASSERT_NE(NULL, slash);
+	snprintf(bdf, sizeof(bdf), "%s", slash + 1);
+	dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(dev, 0);
+	ASSERT_EQ(0, ioctl(dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_PUBLISHED) {
+			a.provider = p[i].index;
+			found = 1;
+		}
+	ASSERT_TRUE(found) TH_LOG("no published provider (the CMB)");
+	ASSERT_EQ(0, ioctl(dev, P2PDIRECT_IOC_ALLOC, &a));
+	m = mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, dev, a.mmap_offset);
+	ASSERT_NE(MAP_FAILED, (void *)m);
+	m[0] = 1;
+	ASSERT_EQ(0, reg(dev, (void *)m, a.size, &id));
+	/* The unbind must not wait for p2pdirect's allocation. */
+	alarm(60);
+	ASSERT_EQ(0, write_str("/sys/bus/pci/drivers/nvme/unbind", bdf));
+	alarm(0);
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(dev, id));
+	sigaction(SIGBUS, &sa, &old);
+	if (sigsetjmp(bus_jmp, 1) == 0)
+		(void)m[0];
+	else
+		got_bus = 1;
+	sigaction(SIGBUS, &old, NULL);
+	EXPECT_EQ(1, got_bus);
+	/* FREE of the revoked allocation is still fine. */
+	EXPECT_EQ(0, free_handle(dev, a.handle));
+	munmap((void *)m, a.size);
+	ASSERT_EQ(0, write_str("/sys/bus/pci/drivers/nvme/bind", bdf));
+	/* The CMB comes back as a provider once the driver published it again. */
+	found = 0;
+	for (int t = 0; t < 100 && !found; t++) {
+		req.capacity = 8;
+		ASSERT_EQ(0, ioctl(dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+		for (unsigned int i = 0; i < req.count && i < 8; i++)
+			found |= p[i].kind == P2PDIRECT_PROVIDER_PUBLISHED;
+		if (!found)
+			usleep(100000);
+	}
+	EXPECT_TRUE(found);
+	close(dev);
 }
 
 TEST_HARNESS_MAIN

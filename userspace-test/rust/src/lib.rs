@@ -57,6 +57,16 @@ impl Device {
         Self::open_path(DEVICE_PATH)
     }
 
+    /// Opens `/dev/p2pdirect` read-only: enough to look (version, providers,
+    /// statistics without reset); everything else fails with `EBADF`.
+    pub fn open_read_only() -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(DEVICE_PATH)?;
+        Ok(Self { fd: file.into() })
+    }
+
     /// Opens the misc device at `path`.
     pub fn open_path(path: impl AsRef<Path>) -> io::Result<Self> {
         let file = OpenOptions::new()
@@ -311,7 +321,7 @@ impl Device {
         })
     }
 
-    /// `P2PDIRECT_IOC_FREE`. `EBUSY` while the memory is mapped or pinned.
+    /// `P2PDIRECT_IOC_FREE`: revokes the memory from every user at once (never waits).
     pub fn free(&self, handle: u64) -> io::Result<()> {
         let mut req = sys::p2pdirect_free { handle };
         // SAFETY: FREE reads one `p2pdirect_free`.

@@ -24,6 +24,22 @@ fn get_version() {
 }
 
 #[test]
+fn read_only_open_may_only_look() {
+    let ro = Device::open_read_only().expect("open /dev/p2pdirect O_RDONLY");
+    assert!(ro.version().is_ok());
+    let providers = ro.providers().expect("LIST_PROVIDERS on a read-only open");
+    assert!(!providers.is_empty());
+    assert!(ro.stats(false).is_ok());
+    let code = |r: io::Result<()>| r.expect_err("must be refused").raw_os_error();
+    assert_eq!(code(ro.stats(true).map(|_| ())), Some(libc::EBADF));
+    assert_eq!(
+        code(ro.alloc(providers[0].index, 4096, 0).map(|_| ())),
+        Some(libc::EBADF)
+    );
+    assert_eq!(code(ro.free(1)), Some(libc::EBADF));
+}
+
+#[test]
 fn unknown_command_is_enotty() {
     let dev = Device::open().unwrap();
     let mut v = sys::p2pdirect_version::default();

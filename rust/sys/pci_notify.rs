@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Being told when a driver is about to be unbound from a PCI device.
+//!
+//! Memory another driver published for P2PDMA (an NVMe CMB) goes away with
+//! that driver: its removal tears the P2PDMA pool down and waits for every
+//! page reference. A user of such memory must let go first; a bus notifier
+//! on the PCI bus tells it, before the driver's `remove` runs.
+
+use core::marker::PhantomData;
+use kernel::{bindings, error::to_result, ffi::c_void, prelude::*, types::Opaque};
+
+/// Told, in process context and before the driver's `remove`, that the
+/// driver of the PCI device `id` is being unbound. `id` identifies the
+/// device as `PciFunction::id` of the ffi room does (its `struct pci_dev`).
+pub(crate) trait PciUnbind: 'static {
+    fn unbinding(id: usize);
+}
+
+/// A registered notifier on the PCI bus.
+///
+/// # Invariants
+///
+/// `nb` is registered with `bus_register_notifier(&pci_bus_type)` from
+/// construction until `Drop`, and stays at its address (pinned).
+#[pin_data(PinnedDrop)]
+pub(crate) struct PciUnbindNotifier<T: PciUnbind> {
+    #[pin]
+    nb: Opaque<bindings::notifier_block>,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: registration and unregistration may happen on any thread.
+unsafe impl<T: PciUnbind> Send for PciUnbindNotifier<T> {}
+// SAFETY: no `&self` method touches the notifier block.
+unsafe impl<T: PciUnbind> Sync for PciUnbindNotifier<T> {}
+
+impl<T: PciUnbind> PciUnbindNotifier<T> {
+    pub(crate) fn register() -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            nb <- Opaque::try_ffi_init(|slot: *mut bindings::notifier_block| {
+                // SAFETY: `slot` is valid for writes; once written it is a
+                // valid notifier block, pinned, registered until `Drop`.
+                unsafe {
+                    slot.write(bindings::notifier_block {
+                        notifier_call: Some(Self::call),
+                        next: core::ptr::null_mut(),
+                        priority: 0,
+                    });
+                    // INVARIANT: registered here, unregistered in `Drop`.
+                    to_result(bindings::bus_register_notifier(
+                        &raw mut bindings::pci_bus_type,
+                        slot,
+                    ))
+                }
+            }),
+            _t: PhantomData,
+        })
+    }
+
+    unsafe extern "C" fn call(
+        _nb: *mut bindings::notifier_block,
+        action: kernel::ffi::c_ulong,
+        data: *mut c_void,
+    ) -> kernel::ffi::c_int {
+        if action == bindings::BUS_NOTIFY_UNBIND_DRIVER as kernel::ffi::c_ulong {
+            let dev = data.cast::<bindings::device>();
+            // SAFETY: the PCI bus's notifier is called with a device of that
+            // bus, valid for the call; a `struct pci_dev` embeds it as `dev`.
+            let pdev = unsafe { kernel::container_of!(dev, bindings::pci_dev, dev) };
+            T::unbinding(pdev as usize);
+        }
+        bindings::NOTIFY_DONE as kernel::ffi::c_int
+    }
+}
+
+#[pinned_drop]
+impl<T: PciUnbind> PinnedDrop for PciUnbindNotifier<T> {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: registered by the type invariant; unregistered once, here.
+        unsafe {
+            bindings::bus_unregister_notifier(&raw mut bindings::pci_bus_type, self.nb.get())
+        };
+    }
+}

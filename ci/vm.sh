@@ -122,7 +122,7 @@ esac
 qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
 	-nodefaults -display none -vga none -no-reboot
 	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$run/initramfs.cpio"
-	-append "console=ttyS0 loglevel=7 panic=-1 oops=panic p2p_mode=$mode"
+	-append "console=ttyS0 loglevel=7 panic=-1 oops=panic p2p_mode=$mode${P2PDIRECT_ONLY:+ p2p_only=$P2PDIRECT_ONLY}"
 	-serial "file:$run/console.log" -serial "file:$run/tap.log"
 	-device pcie-root-port,id=rp0,bus=pcie.0,chassis=1
 	-device x3130-upstream,id=up0,bus=rp0

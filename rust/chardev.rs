@@ -107,7 +107,7 @@ impl MiscDevice for OpenFile {
         KBox::try_pin_init(
             try_pin_init!(OpenFile {
                 allocs <- new_mutex!(KVec::new()),
-                regs <- new_mutex!(KVec::new()),
+                regs <- new_mutex!(FileRegs::new()),
             }),
             GFP_KERNEL,
         )

@@ -45,7 +45,7 @@ use kernel::{
     page::PAGE_SIZE,
     prelude::*,
     sync::{
-        atomic::{Atomic, Relaxed},
+        atomic::{Acquire, Atomic, Full, Relaxed},
         Arc, Mutex,
     },
 };
@@ -415,11 +415,6 @@ impl AllocState {
         self.handle << MMAP_SHIFT
     }
 
-    /// Whether the memory is still there.
-    pub(crate) fn is_live(&self) -> bool {
-        self.inner.lock().live.is_some()
-    }
-
     /// Tells `consumer` when the memory goes; `EFAULT` if it already went
     /// (the range was freed under the caller).
     pub(crate) fn subscribe(&self, consumer: Arc<dyn Consumer>) -> Result {
@@ -468,7 +463,11 @@ impl AllocState {
         self.inner.lock().dead = Some(live.backing);
         // On allocation failure the state stays in its provider's list,
         // where removal (or module exit) still finds and reaps it.
-        let _ = GRAVEYARD.lock().push(self.clone(), GFP_KERNEL);
+        {
+            let mut graves = GRAVEYARD.lock();
+            let _ = graves.push(self.clone(), GFP_KERNEL);
+            let _ = BURIED.xchg(graves.len(), Full);
+        }
         reap();
     }
 
@@ -516,10 +515,17 @@ impl DeviceMapping for AllocState {
     }
 }
 
+/// Allocations in the graveyard: lets the I/O path skip its lock when empty.
+static BURIED: Atomic<usize> = Atomic::new(0);
+
 /// Gives back revoked memory whose pages nobody references any more.
 pub(crate) fn reap() {
+    if BURIED.load(Acquire) == 0 {
+        return;
+    }
     let mut graves = GRAVEYARD.lock();
     graves.retain(|s| !s.try_reap());
+    let _ = BURIED.xchg(graves.len(), Full);
 }
 
 /// Reaps until nothing of `provider` (of any provider: `None`) is left,
@@ -633,12 +639,13 @@ impl Allocation {
         mem.zero(start, size as usize);
         let state = {
             let handle = Handle::acquire();
-            let state = handle.and_then(|h| {
+            let owner = provider.clone();
+            let state = handle.and_then(move |h| {
                 let s = Arc::pin_init(
                     pin_init!(AllocState {
                         handle: h.0,
                         size,
-                        provider: provider.clone(),
+                        provider: owner,
                         inner <- new_mutex!(StateInner {
                             live: None,
                             dead: None,
@@ -666,7 +673,9 @@ impl Allocation {
             if p.gone {
                 Err(ENODEV)
             } else {
-                p.allocs.push(state.clone(), GFP_KERNEL).map_err(Error::from)
+                p.allocs
+                    .push(state.clone(), GFP_KERNEL)
+                    .map_err(Error::from)
             }
         };
         if let Err(e) = listed {

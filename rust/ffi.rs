@@ -17,7 +17,6 @@ use kernel::{
     page::PAGE_SIZE,
     pci,
     prelude::*,
-    sync::Arc,
     transmute::{AsBytes, FromBytes},
     uaccess::{UserPtr, UserSlice},
 };
@@ -988,7 +987,9 @@ impl P2pMem {
         let (vma, addr) = slot.target();
         // SAFETY: `vma` is faulting (the slot's invariant) and the page is
         // this allocation's, which the caller keeps from going away.
-        kernel::error::to_result(unsafe { shim::p2pdirect_vm_insert_one(vma, addr as _, p) })
+        kernel::error::to_result(unsafe {
+            shim::p2pdirect_vm_insert_one(vma, addr as kernel::ffi::c_ulong, p)
+        })
     }
 
     /// Maps `len` bytes at `off` into the whole of `vma`.

@@ -37,6 +37,21 @@ fn arg<T: FromBytes + AsBytes>(arg: usize) -> Result<T> {
     Ok(v)
 }
 
+/// Every command of the ABI.
+const KNOWN: [u32; 11] = [
+    uapi::P2PDIRECT_IOC_GET_VERSION,
+    uapi::P2PDIRECT_IOC_LIST_PROVIDERS,
+    uapi::P2PDIRECT_IOC_ALLOC,
+    uapi::P2PDIRECT_IOC_FREE,
+    uapi::P2PDIRECT_IOC_DMA_PROBE,
+    uapi::P2PDIRECT_IOC_REGISTER,
+    uapi::P2PDIRECT_IOC_DEREGISTER,
+    uapi::P2PDIRECT_IOC_REG_QUERY,
+    uapi::P2PDIRECT_IOC_READ,
+    uapi::P2PDIRECT_IOC_WRITE,
+    uapi::P2PDIRECT_IOC_STATS,
+];
+
 /// Whether `cmd` may run on a file opened read-only.
 fn read_only_ok(cmd: u32, arg: usize) -> Result<bool> {
     Ok(match cmd {
@@ -75,7 +90,7 @@ const _: () = assert!(uapi::P2PDIRECT_IOC_STATS == iowr::<uapi::p2pdirect_stats>
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
     if file.flags() & flags::O_ACCMODE == flags::O_RDONLY && !read_only_ok(cmd, arg)? {
-        if ioctl::_IOC_TYPE(cmd) != u32::from(uapi::P2PDIRECT_IOCTL_MAGIC) {
+        if !KNOWN.contains(&cmd) {
             return Err(unknown(cmd));
         }
         refuse!(

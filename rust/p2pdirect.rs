@@ -32,15 +32,20 @@ module! {
     params: {
         max_pinned_mib: u64 {
             default: 1024,
-            description: "Most device memory one open file may keep registered (pinned), in MiB",
+            description: "Most device memory one open file may keep registered (pinned), in MiB (at most 65536)",
         },
     },
 }
 
-/// The per-open-file cap on registered bytes.
+/// Most `max_pinned_mib` can raise the cap to (64 GiB): a pin's page array
+/// stays far below what one kernel allocation may be.
+const MAX_PINNED_MIB_LIMIT: u64 = 64 << 10;
+
+/// The per-open-file cap on registered bytes (and on any single pin).
 pub(crate) fn max_pinned_bytes() -> u64 {
     module_parameters::max_pinned_mib
         .value()
+        .min(&MAX_PINNED_MIB_LIMIT)
         .saturating_mul(1 << 20)
 }
 

@@ -241,7 +241,7 @@ impl Registry {
     }
 
     /// The clients now, in order, to ask without the registry's lock.
-    fn snapshot(&self) -> Result<KVec<(Arc<dyn Client>, Arc<Atomic<u64>>)>> {
+    fn snapshot(&self) -> Result<Snapshot> {
         let mut v = KVec::with_capacity(self.entries.len(), GFP_KERNEL)?;
         for e in self.entries.iter() {
             v.push((e.client.clone(), e.live.clone()), GFP_KERNEL)?;
@@ -251,7 +251,10 @@ impl Registry {
 }
 
 /// Asks `clients` in order for `range` (see [`Registry::acquire`]).
-fn ask(clients: KVec<(Arc<dyn Client>, Arc<Atomic<u64>>)>, range: UserRange) -> Result<Claim> {
+/// The registered clients at one moment, with their live-context counters.
+type Snapshot = KVec<(Arc<dyn Client>, Arc<Atomic<u64>>)>;
+
+fn ask(clients: Snapshot, range: UserRange) -> Result<Claim> {
     for (client, live) in clients {
         if let Some(ctx) = client.acquire(range)? {
             live.fetch_add(1, Relaxed);

@@ -40,11 +40,6 @@ impl<T> RangeAllocator<T> {
         self.used.iter().map(|r| r.len).sum()
     }
 
-    /// The allocated ranges, by start.
-    pub(crate) fn ranges(&self) -> &[Range<T>] {
-        &self.used
-    }
-
     /// Allocates `len` bytes aligned to `align` (a power of two): the lowest
     /// fitting address. `EINVAL` for a zero length or a bad alignment,
     /// `ENOMEM` when no gap is large enough.

@@ -37,10 +37,10 @@ pub(crate) struct RegEntry {
     pub(crate) write: bool,
     /// The p2pdirect allocation the range lies in, if it is p2pdirect's memory.
     state: Option<Arc<AllocState>>,
-    /// The pinned claim and its share of the provider's pinned bytes;
-    /// `None` once invalidated.
+    /// The pinned claim, its share of the provider's pinned bytes and of
+    /// its file's quota; `None` once invalidated.
     #[pin]
-    claim: Mutex<Option<(Claim, Pinned)>>,
+    claim: Mutex<Option<(Claim, Pinned, Charge)>>,
 }
 
 impl RegEntry {
@@ -53,7 +53,7 @@ impl RegEntry {
     /// invalidated meanwhile (the memory's FREE waits for that).
     pub(crate) fn pages(&self) -> Result<ffi::PinRef> {
         match self.claim.lock().as_ref() {
-            Some((claim, _)) => claim.pages(),
+            Some((claim, _, _)) => claim.pages(),
             None => Err(estale()),
         }
     }
@@ -78,17 +78,20 @@ impl Consumer for RegEntry {
     }
 }
 
-impl RegEntry {
-    /// Whether the registration still pins its pages, and how many bytes
-    /// of whole pages that is (what counts against `max_pinned_mib`).
-    fn pinned_bytes(&self) -> u64 {
-        if self.is_live() {
-            self.range.pinned_bytes()
-        } else {
-            0
-        }
-    }
+/// Bytes of whole pages a live registration counts against its file's
+/// quota, given back when its pins go (invalidation or drop).
+struct Charge {
+    counter: Arc<Atomic<u64>>,
+    bytes: u64,
+}
 
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Relaxed);
+    }
+}
+
+impl RegEntry {
     /// Stops being told about the memory's removal.
     fn unsubscribe(&self) {
         if let Some(state) = self.state.as_ref() {
@@ -103,7 +106,21 @@ pub(crate) const MAX_PER_FILE: usize = 4096;
 static NEXT_REG: Atomic<u64> = Atomic::new(1);
 
 /// The registrations of one open file.
-pub(crate) type FileRegs = KVec<Arc<RegEntry>>;
+pub(crate) struct FileRegs {
+    list: KVec<Arc<RegEntry>>,
+    /// Bytes of whole pages its live registrations pin (made at the first
+    /// REGISTER): kept as they come and go, never summed up again.
+    pinned: Option<Arc<Atomic<u64>>>,
+}
+
+impl FileRegs {
+    pub(crate) const fn new() -> Self {
+        Self {
+            list: KVec::new(),
+            pinned: None,
+        }
+    }
+}
 
 /// REGISTER: pins `[addr, addr + size)` for the file owning `regs`, whose
 /// live registrations may pin at most `cap` bytes. Returns (id, client).
@@ -115,10 +132,10 @@ pub(crate) fn register(
     cap: u64,
 ) -> Result<(u64, u32)> {
     let range = UserRange::new(addr, size)?;
-    if regs.iter().any(|r| r.range == range) {
+    if regs.list.iter().any(|r| r.range == range) {
         return Err(EEXIST);
     }
-    if regs.len() >= MAX_PER_FILE {
+    if regs.list.len() >= MAX_PER_FILE {
         refuse!(
             ENOSPC,
             "REGISTER refused: the file holds {} registrations already\n",
@@ -126,7 +143,15 @@ pub(crate) fn register(
         );
     }
     // Whole pages are pinned, so whole pages count.
-    let pinned: u64 = regs.iter().map(|r| r.pinned_bytes()).sum();
+    let counter = match regs.pinned.as_ref() {
+        Some(c) => c.clone(),
+        None => {
+            let c = Arc::new(Atomic::new(0u64), GFP_KERNEL)?;
+            regs.pinned = Some(c.clone());
+            c
+        }
+    };
+    let pinned = counter.load(Relaxed);
     let span = range.pinned_bytes();
     if pinned.checked_add(span).is_none_or(|total| total > cap) {
         refuse!(
@@ -140,19 +165,27 @@ pub(crate) fn register(
     claim.get_pages(write)?;
     let (client, state) = (claim.client_id, claim.devmem_state());
     let pinned = Pinned::new(claim.pages()?.provider(), span);
+    // Checked above under the file's registration lock, which every
+    // REGISTER of the file holds: no other can pass the cap meanwhile.
+    counter.fetch_add(span, Relaxed);
+    let charge = Charge {
+        counter,
+        bytes: span,
+    };
     let id = NEXT_REG.fetch_add(1, Relaxed);
+    let entry_state = state.clone();
     let entry = Arc::pin_init(
         pin_init!(RegEntry {
             id,
             range,
             client,
             write,
-            state: state.clone(),
-            claim <- new_mutex!(Some((claim, pinned))),
+            state: entry_state,
+            claim <- new_mutex!(Some((claim, pinned, charge))),
         }),
         GFP_KERNEL,
     )?;
-    regs.reserve(1, GFP_KERNEL)?;
+    regs.list.reserve(1, GFP_KERNEL)?;
     if let Some(state) = state {
         // Freed between the lookup and now: the pin goes with `entry`.
         state.subscribe(entry.clone()).inspect_err(|_| {
@@ -160,13 +193,13 @@ pub(crate) fn register(
             crate::devmem::reap();
         })?;
     }
-    regs.push_within_capacity(entry).map_err(|_| ENOMEM)?;
+    regs.list.push_within_capacity(entry).map_err(|_| ENOMEM)?;
     Ok((id, client))
 }
 
 fn take(regs: &mut FileRegs, id: u64) -> Result<Arc<RegEntry>> {
-    let i = regs.iter().position(|r| r.id == id).ok_or(ENOENT)?;
-    let entry = regs.remove(i).map_err(|_| ENOENT)?;
+    let i = regs.list.iter().position(|r| r.id == id).ok_or(ENOENT)?;
+    let entry = regs.list.remove(i).map_err(|_| ENOENT)?;
     entry.unsubscribe();
     Ok(entry)
 }
@@ -181,12 +214,13 @@ pub(crate) fn deregister(regs: &mut FileRegs, id: u64) -> Result<u32> {
 
 /// The registration `id` of this file, for I/O.
 pub(crate) fn find(regs: &FileRegs, id: u64) -> Result<Arc<RegEntry>> {
-    regs.iter().find(|r| r.id == id).cloned().ok_or(ENOENT)
+    regs.list.iter().find(|r| r.id == id).cloned().ok_or(ENOENT)
 }
 
 /// REG_QUERY.
 pub(crate) fn query(regs: &FileRegs, id: u64) -> Result<u32> {
-    regs.iter()
+    regs.list
+        .iter()
         .find(|r| r.id == id)
         .map(|r| r.state())
         .ok_or(ENOENT)
@@ -194,7 +228,7 @@ pub(crate) fn query(regs: &FileRegs, id: u64) -> Result<u32> {
 
 /// Drops every registration of a closing file.
 pub(crate) fn drop_all(regs: &mut FileRegs) {
-    while let Some(r) = regs.pop() {
+    while let Some(r) = regs.list.pop() {
         r.unsubscribe();
     }
 }

@@ -615,7 +615,7 @@ struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev)
 		if (bdev_read_only(file_bdev(f)))
 			goto out;
 		err = -ETXTBSY;
-		if (IS_SWAPFILE(bdev_file_inode(f)))
+		if (IS_SWAPFILE(f->f_mapping->host))
 			goto out;
 	}
 	*is_bdev = S_ISBLK(mode);

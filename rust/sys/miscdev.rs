@@ -69,12 +69,6 @@ impl<T: MiscDevice> OwnedMiscDevice<T> {
         // by the caller, and `Drop` deregisters before it goes.
         unsafe { pin_init::pin_init_from_closure(init) }
     }
-
-    /// The `file_operations` of the device: files whose `f_op` is this were
-    /// opened through it.
-    pub(crate) fn fops(&self) -> *const bindings::file_operations {
-        self.fops.get()
-    }
 }
 
 #[pinned_drop]

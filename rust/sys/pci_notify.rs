@@ -49,7 +49,7 @@ impl<T: PciUnbind> PciUnbindNotifier<T> {
                     });
                     // INVARIANT: registered here, unregistered in `Drop`.
                     to_result(bindings::bus_register_notifier(
-                        &raw mut bindings::pci_bus_type,
+                        &raw const bindings::pci_bus_type,
                         slot,
                     ))
                 }
@@ -58,12 +58,20 @@ impl<T: PciUnbind> PciUnbindNotifier<T> {
         })
     }
 
+    /// # Safety
+    ///
+    /// Called by the notifier chain of the PCI bus only, with the device a
+    /// bus event is about.
     unsafe extern "C" fn call(
         _nb: *mut bindings::notifier_block,
         action: kernel::ffi::c_ulong,
         data: *mut c_void,
     ) -> kernel::ffi::c_int {
-        if action == bindings::BUS_NOTIFY_UNBIND_DRIVER as kernel::ffi::c_ulong {
+        if action
+            == kernel::ffi::c_ulong::from(
+                bindings::bus_notifier_event_BUS_NOTIFY_UNBIND_DRIVER as u8,
+            )
+        {
             let dev = data.cast::<bindings::device>();
             // SAFETY: the PCI bus's notifier is called with a device of that
             // bus, valid for the call; a `struct pci_dev` embeds it as `dev`.
@@ -79,7 +87,7 @@ impl<T: PciUnbind> PinnedDrop for PciUnbindNotifier<T> {
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: registered by the type invariant; unregistered once, here.
         unsafe {
-            bindings::bus_unregister_notifier(&raw mut bindings::pci_bus_type, self.nb.get())
+            bindings::bus_unregister_notifier(&raw const bindings::pci_bus_type, self.nb.get())
         };
     }
 }

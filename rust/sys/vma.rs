@@ -16,9 +16,7 @@
 //! lies in, exactly (the object, not a name that may be reused).
 
 use core::marker::PhantomData;
-use kernel::{
-    bindings, ffi::c_void, mm::virt::VmaNew, prelude::*, sync::Arc, types::ForeignOwnable,
-};
+use kernel::{bindings, ffi::c_void, mm::virt::VmaNew, sync::Arc, types::ForeignOwnable};
 
 /// An object whose memory is mapped into user space through [`install`].
 pub(crate) trait DeviceMapping: Send + Sync + Sized + 'static {
@@ -42,7 +40,12 @@ impl FaultSlot<'_> {
     /// The VMA and the page-aligned user address that faulted.
     pub(crate) fn target(&self) -> (*mut bindings::vm_area_struct, usize) {
         // SAFETY: `vmf` is valid during the fault (type invariant).
-        unsafe { ((*self.vmf).vma, (*self.vmf).address as usize) }
+        unsafe {
+            (
+                (*self.vmf).__bindgen_anon_1.vma,
+                (*self.vmf).__bindgen_anon_1.address,
+            )
+        }
     }
 }
 
@@ -62,6 +65,10 @@ impl<T: DeviceMapping> Ops<T> {
     }
 
     /// A VMA made from one of ours (split, mremap) takes its own reference.
+    ///
+    /// # Safety
+    ///
+    /// Called by the mm core only, on a VMA whose operations are these.
     unsafe extern "C" fn open(vma: *mut bindings::vm_area_struct) {
         // SAFETY: the kernel passes a VMA whose private data `install` (or a
         // previous `open`) set to a reference of `Arc<T>`, alive while the
@@ -72,19 +79,33 @@ impl<T: DeviceMapping> Ops<T> {
         unsafe { (*vma).vm_private_data = mine.into_foreign().cast() };
     }
 
+    /// The VMA goes: its reference with it.
+    ///
+    /// # Safety
+    ///
+    /// Called by the mm core only, once, on a VMA whose operations are these.
     unsafe extern "C" fn close(vma: *mut bindings::vm_area_struct) {
         // SAFETY: this VMA owns one reference (see `install` and `open`);
         // `close` is its last callback.
         drop(unsafe { <Arc<T> as ForeignOwnable>::from_foreign((*vma).vm_private_data) });
     }
 
+    /// A page of the mapping is missing (never mapped back after a zap).
+    ///
+    /// # Safety
+    ///
+    /// Called by the mm core only, on a fault of a VMA whose operations are
+    /// these, with the mmap lock or the VMA lock held.
     unsafe extern "C" fn fault(vmf: *mut bindings::vm_fault) -> bindings::vm_fault_t {
         // SAFETY: a fault on one of our VMAs: `vmf` and its VMA are valid and
         // the VMA holds a reference on the object for the whole call.
         let (data, offset) = unsafe {
-            let vma = (*vmf).vma;
+            let vma = (*vmf).__bindgen_anon_1.vma;
             let data = <Arc<T> as ForeignOwnable>::borrow((*vma).vm_private_data);
-            (data, ((*vmf).pgoff as u64) << kernel::page::PAGE_SHIFT)
+            (
+                data,
+                ((*vmf).__bindgen_anon_1.pgoff as u64) << kernel::page::PAGE_SHIFT,
+            )
         };
         // INVARIANT: the fault being handled.
         let slot = FaultSlot {
@@ -92,9 +113,9 @@ impl<T: DeviceMapping> Ops<T> {
             _p: PhantomData,
         };
         if data.fault(offset, slot) {
-            bindings::VM_FAULT_NOPAGE
+            bindings::vm_fault_reason_VM_FAULT_NOPAGE
         } else {
-            bindings::VM_FAULT_SIGBUS
+            bindings::vm_fault_reason_VM_FAULT_SIGBUS
         }
     }
 }
@@ -128,7 +149,8 @@ pub(crate) fn lookup<T: DeviceMapping>(addr: u64, len: u64) -> Lookup<T> {
     let Some(end) = addr.checked_add(len) else {
         return Lookup::Elsewhere;
     };
-    let Some(mm) = kernel::current!().mm() else {
+    let task = kernel::current!();
+    let Some(mm) = task.mm() else {
         return Lookup::Elsewhere;
     };
     let ops: *const bindings::vm_operations_struct = Ops::<T>::build();
@@ -143,7 +165,7 @@ pub(crate) fn lookup<T: DeviceMapping>(addr: u64, len: u64) -> Lookup<T> {
     while at < end {
         // SAFETY: the mmap lock is held (the guard); `find_vma` returns the
         // first VMA ending above `at`, valid while the lock is held.
-        let vma = unsafe { bindings::find_vma(mm.as_raw(), at as _) };
+        let vma = unsafe { bindings::find_vma(mm.as_raw(), at as kernel::ffi::c_ulong) };
         if vma.is_null() {
             all_ours = false;
             break;
@@ -151,8 +173,8 @@ pub(crate) fn lookup<T: DeviceMapping>(addr: u64, len: u64) -> Lookup<T> {
         // SAFETY: `vma` is valid under the mmap lock.
         let (start, vend, vops) = unsafe {
             (
-                (*vma).vm_start as usize,
-                (*vma).vm_end as usize,
+                (*vma).__bindgen_anon_1.__bindgen_anon_1.vm_start as usize,
+                (*vma).__bindgen_anon_1.__bindgen_anon_1.vm_end as usize,
                 (*vma).vm_ops,
             )
         };

@@ -48,7 +48,10 @@ static int do_alloc(int fd, __u32 provider, __u64 size, __u64 align, struct p2pd
 	a->provider = provider;
 	a->size = size;
 	a->alignment = align;
-	return ioctl(fd, P2PDIRECT_IOC_ALLOC, a) ? -errno : 0;
+	if (ioctl(fd, P2PDIRECT_IOC_ALLOC, a))
+		return -errno;
+	record_alloc_zero(fd, a);
+	return 0;
 }
 
 static int do_free(int fd, __u64 handle)

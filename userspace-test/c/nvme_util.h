@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 
 /* Reads the first line of a sysfs attribute into @buf. Returns 1 on success. */
 static inline int nvme_read_attr(const char *path, char *buf, size_t len)
@@ -120,6 +121,31 @@ static inline void pci_name(uint32_t addr, char *buf, size_t len)
 	snprintf(buf, len, "%04x:%02x:%02x.%u", addr >> 16, (addr >> 8) & 0xff,
 		 (addr >> 3) & 0x1f, addr & 7);
 }
+
+#ifdef _UAPI_LINUX_P2PDIRECT_H
+/*
+ * Tells the host (ci/hostcheck.py) that the allocation @a, just made on
+ * /dev/p2pdirect @fd, holds zeros: ALLOC zeroes the memory it hands out.
+ * Only emulated GPUs (providers of kind BAR) have a memory file to check.
+ */
+static inline void record_alloc_zero(int fd, const struct p2pdirect_alloc *a)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	char bdf[32];
+
+	if (ioctl(fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req))
+		return;
+	for (unsigned int i = 0; i < req.count && i < 8; i++) {
+		if (p[i].index != a->provider || p[i].kind != P2PDIRECT_PROVIDER_BAR)
+			continue;
+		pci_name(p[i].pci_addr, bdf, sizeof(bdf));
+		printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", bdf,
+		       (unsigned long long)a->provider_offset, (unsigned long long)a->size);
+		fflush(stdout);
+	}
+}
+#endif
 
 /*
  * The fill pattern: each aligned 8-byte word w of a disk or file holds

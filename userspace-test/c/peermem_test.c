@@ -108,6 +108,7 @@ static void *alloc_map(int fd, __u32 provider, __u64 size, struct p2pdirect_allo
 	a->size = size;
 	if (ioctl(fd, P2PDIRECT_IOC_ALLOC, a))
 		return MAP_FAILED;
+	record_alloc_zero(fd, a);
 	return mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, a->mmap_offset);
 }
 

@@ -906,6 +906,7 @@ TEST_F(st, io_racing_free)
 	ASSERT_GE(r.fd, 0);
 	for (int round = 0; round < 4; round++) {
 		ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_ALLOC, &a));
+		record_alloc_zero(self->dev, &a);
 		m = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, self->dev, a.mmap_offset);
 		ASSERT_NE(MAP_FAILED, m);
 		r.addr = (uintptr_t)m;

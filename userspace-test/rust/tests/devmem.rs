@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Device-memory tests from Rust (in the test VM, module loaded, root).
 
+mod common;
+
 use p2pdirect::{sys, Device};
 use std::io;
 
@@ -40,7 +42,7 @@ fn providers_reachability() {
 fn alloc_map_write_read_free() {
     let dev = Device::open().unwrap();
     let p = gpus(&dev)[1].clone();
-    let a = dev.alloc(p.index, 3 * MIB, 0).unwrap();
+    let a = common::alloc(&dev, p.index, 3 * MIB);
     assert_eq!(a.size, 3 * MIB);
     assert_eq!(a.bus_addr, p.bus_addr + a.provider_offset);
     let m = dev.map(&a).unwrap();
@@ -70,7 +72,7 @@ fn published_cmb_is_listed_and_allocatable() {
         .into_iter()
         .find(|p| p.kind == sys::P2PDIRECT_PROVIDER_PUBLISHED)
         .expect("the NVMe CMB is listed as a PUBLISHED provider");
-    let a = dev.alloc(cmb.index, 64 << 10, 0).unwrap();
+    let a = common::alloc(&dev, cmb.index, 64 << 10);
     let m = dev.map(&a).unwrap();
     m.write(0, b"cmb").unwrap();
     let mut back = [0u8; 3];
@@ -91,7 +93,7 @@ fn bad_input() {
         libc::ENOMEM
     );
     assert_eq!(errno(dev.alloc(u32::MAX, 4096, 0)), libc::ENODEV);
-    let a = dev.alloc(p.index, MIB, 0).unwrap();
+    let a = common::alloc(&dev, p.index, MIB);
     // MAP_PRIVATE is refused.
     // SAFETY: a new mapping of our own fd; it must fail.
     let r = unsafe {

@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 fn devmem_probe_sw_and_rp() {
     let dev = Device::open().unwrap();
     let gpu = gpu(&dev);
-    let a = dev.alloc(gpu.index, 1 << 20, 0).unwrap();
+    let a = common::alloc(&dev, gpu.index, 1 << 20);
     let m = dev.map(&a).unwrap();
     let sw = nvme("p2pnvme-sw");
     let p = dev.dma_probe(m.as_ptr(), a.size, sw.as_raw_fd()).unwrap();
@@ -43,7 +43,7 @@ fn ram_is_declined() {
 fn register_then_free_invalidates() {
     let dev = Device::open().unwrap();
     let gpu = gpu(&dev);
-    let a = dev.alloc(gpu.index, 1 << 20, 0).unwrap();
+    let a = common::alloc(&dev, gpu.index, 1 << 20);
     let m = dev.map(&a).unwrap();
     let (id, client) = dev.register(m.as_ptr(), a.size, true).unwrap();
     assert_eq!(client, sys::P2PDIRECT_CLIENT_DEVMEM);

@@ -15,7 +15,7 @@ const MIB: u64 = 1 << 20;
 #[test]
 fn read_write_namespace_through_device_memory() {
     let dev = Device::open().unwrap();
-    let a = dev.alloc(gpu(&dev).index, 2 * MIB, 0).unwrap();
+    let a = common::alloc(&dev, gpu(&dev).index, 2 * MIB);
     let m = dev.map(&a).unwrap();
     let mut saved = vec![0u8; m.len()];
     m.read(0, &mut saved).unwrap();
@@ -61,7 +61,7 @@ fn read_write_namespace_through_device_memory() {
 #[test]
 fn unreachable_without_compat() {
     let dev = Device::open().unwrap();
-    let a = dev.alloc(gpu(&dev).index, MIB, 0).unwrap();
+    let a = common::alloc(&dev, gpu(&dev).index, MIB);
     let m = dev.map(&a).unwrap();
     let ns = namespace(4, false);
     let io = Io {

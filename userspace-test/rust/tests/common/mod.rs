@@ -2,8 +2,33 @@
 //! Helpers shared by the Rust tests: the test VM's GPUs and NVMe namespaces.
 #![allow(dead_code)]
 
-use p2pdirect::{sys, Device};
-use std::{fs, os::unix::fs::OpenOptionsExt};
+use p2pdirect::{sys, Allocation, Device};
+use std::{fs, io::Write, os::unix::fs::OpenOptionsExt};
+
+/// ALLOC that tells the host what the memory now holds: ALLOC zeroes it.
+/// The record goes to the file `P2PDIRECT_RECORDS` names (the guest's TAP
+/// channel), which the host replays in order (ci/hostcheck.py).
+pub fn alloc(dev: &Device, provider: u32, size: u64) -> Allocation {
+    let a = dev.alloc(provider, size, 0).expect("ALLOC");
+    let p = dev
+        .providers()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.index == provider)
+        .expect("the provider just used");
+    if p.kind == sys::P2PDIRECT_PROVIDER_BAR {
+        if let Ok(path) = std::env::var("P2PDIRECT_RECORDS") {
+            let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+            writeln!(
+                f,
+                "# HOSTCHECK gpu={} off={} len={} zero guard=0",
+                p.pci_addr, a.provider_offset, a.size
+            )
+            .unwrap();
+        }
+    }
+    a
+}
 
 /// Namespace 1 of the NVMe controller with this serial.
 pub fn nvme(serial: &str) -> fs::File {

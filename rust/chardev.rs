@@ -6,7 +6,7 @@
 //! default; administrators widen it with a udev rule, never the module.
 
 use crate::{
-    devmem::{AllocInfo, Allocation},
+    devmem::{AllocInfo, AllocState, Allocation},
     error::refuse,
     ffi::{self, FileMapping},
     registration::{self, FileRegs},
@@ -18,7 +18,7 @@ use kernel::{
     mm::virt::VmaNew,
     new_mutex,
     prelude::*,
-    sync::Mutex,
+    sync::{Arc, Mutex},
 };
 
 /// The registration the crate root holds: its open files (and so their
@@ -43,20 +43,41 @@ pub(crate) struct OpenFile {
 }
 
 impl OpenFile {
-    /// P2PDIRECT_IOC_ALLOC.
+    /// P2PDIRECT_IOC_ALLOC. The memory is carved and zeroed before the
+    /// file's list is locked (zeroing a large allocation takes a while).
     pub(crate) fn alloc(
         &self,
         file: &File,
         provider: u32,
         size: u64,
         align: u64,
-    ) -> Result<AllocInfo> {
+    ) -> Result<(AllocInfo, Arc<AllocState>)> {
         let provider = crate::devmem::provider(provider).ok_or(ENODEV)?;
-        let mut allocs = self.allocs.lock();
-        allocs.reserve(1, GFP_KERNEL)?;
         let (alloc, info) = Allocation::new(provider, size, align, FileMapping::of(file)?)?;
+        let state = alloc.state.clone();
+        let mut allocs = self.allocs.lock();
+        if let Err(e) = allocs.reserve(1, GFP_KERNEL) {
+            drop(allocs);
+            alloc.free();
+            return Err(e.into());
+        }
         allocs.push_within_capacity(alloc).map_err(|_| ENOMEM)?;
-        Ok(info)
+        Ok((info, state))
+    }
+
+    /// Undoes an ALLOC whose result could not reach the caller: frees that
+    /// very allocation (its handle may already name another one).
+    pub(crate) fn unalloc(&self, state: &Arc<AllocState>) {
+        let alloc = {
+            let mut allocs = self.allocs.lock();
+            let Some(i) = allocs.iter().position(|a| Arc::ptr_eq(&a.state, state)) else {
+                return;
+            };
+            allocs.remove(i).ok()
+        };
+        if let Some(a) = alloc {
+            a.free();
+        }
     }
 
     /// P2PDIRECT_IOC_REGISTER: returns (id, client).

@@ -36,7 +36,7 @@ use crate::{
     ffi::{self, FileMapping, P2pMem, PciFunction},
     peer_mem::Consumer,
     range_alloc::RangeAllocator,
-    sys::vma::{self, DeviceMapping, FaultSlot},
+    sys::vma::{self, DeviceMapping, Fault, FaultSlot},
 };
 use kernel::{
     id_pool::IdPool,
@@ -45,7 +45,7 @@ use kernel::{
     page::PAGE_SIZE,
     prelude::*,
     sync::{
-        atomic::{Acquire, Atomic, Full, Relaxed},
+        atomic::{Acquire, Atomic, Full, Relaxed, Release},
         Arc, Mutex,
     },
 };
@@ -109,6 +109,11 @@ kernel::sync::global_lock! {
 
 kernel::sync::global_lock! {
     // SAFETY: as for `PROVIDERS`.
+    unsafe(uninit) static DYING: Mutex<KVec<usize>> = KVec::new();
+}
+
+kernel::sync::global_lock! {
+    // SAFETY: as for `PROVIDERS`.
     unsafe(uninit) static GRAVEYARD: Mutex<KVec<Arc<AllocState>>> = KVec::new();
 }
 
@@ -128,6 +133,7 @@ impl Globals {
         // driver and the misc device that use them are registered.
         unsafe {
             PROVIDERS.init();
+            DYING.init();
             HANDLES.init();
             GRAVEYARD.init();
         }
@@ -139,8 +145,9 @@ impl Globals {
 impl Drop for Globals {
     fn drop(&mut self) {
         // Every file and device is gone: nothing is pinned any more.
-        reap_wait(None);
+        reap_at_exit();
         drop(core::mem::take(&mut *PROVIDERS.lock()));
+        drop(core::mem::take(&mut *DYING.lock()));
         drop(core::mem::take(&mut *GRAVEYARD.lock()));
         drop(HANDLES.lock().take());
     }
@@ -224,29 +231,68 @@ impl Provider {
     /// and give the memory back to the P2PDMA pool.
     pub(crate) fn unregister(&self) {
         PROVIDERS.lock().retain(|p| p.index != self.index);
-        self.revoke_all();
-        reap_wait(Some(self.index));
+        self.wait_idle();
         let mut inner = self.inner.lock();
         inner.ranges.clear();
         // Every backing was reaped: the provider's reference is the last.
         inner.mem = None;
     }
 
-    /// Revokes every allocation of the provider; no new one is made.
+    /// Revokes every allocation of the provider; no new one is made. Takes
+    /// them one at a time (no list to allocate, so nothing can be missed).
     fn revoke_all(&self) {
-        let states = {
-            let mut inner = self.inner.lock();
-            inner.gone = true;
-            let mut v = KVec::new();
-            for s in inner.allocs.iter() {
-                // Best effort on allocation failure: the wait below would
-                // then be long, never unsafe (the memory stays ours).
-                let _ = v.push(s.clone(), GFP_KERNEL);
+        loop {
+            let next = {
+                let mut inner = self.inner.lock();
+                inner.gone = true;
+                inner
+                    .allocs
+                    .iter()
+                    .find(|s| !s.revoked.load(Relaxed))
+                    .cloned()
+            };
+            match next {
+                Some(s) => s.revoke(),
+                None => return,
             }
-            v
-        };
-        for s in states.iter() {
-            s.revoke();
+        }
+    }
+
+    /// Reaps whatever of this provider's revoked memory has no pin left;
+    /// true once nothing of it is left at all.
+    fn reap_all(&self) -> bool {
+        let mut i = 0;
+        loop {
+            let next = self.inner.lock().allocs.get(i).cloned();
+            let Some(s) = next else {
+                return self.inner.lock().allocs.is_empty();
+            };
+            // A reaped state leaves the list: the same index is the next one.
+            if !s.try_reap() {
+                i += 1;
+            }
+        }
+    }
+
+    /// Waits until every allocation of the provider was revoked and given
+    /// back, sleeping between tries without a lock held: the pins it waits
+    /// for are I/O in flight or another driver's transient pin.
+    fn wait_idle(&self) {
+        let mut waited = 0u32;
+        loop {
+            self.revoke_all();
+            if self.reap_all() {
+                reap();
+                return;
+            }
+            if waited % 500 == 499 {
+                pr_warn!(
+                    "provider {}: freed memory still pinned by I/O; waiting for it to end\n",
+                    self.index
+                );
+            }
+            waited += 1;
+            ffi::msleep(10);
         }
     }
 
@@ -270,45 +316,30 @@ impl Provider {
 }
 
 /// Adds a provider for every device whose driver published P2PDMA memory
-/// since the last look, and drops those whose driver withdrew it.
+/// since the last look. Removal is the PCI notifier's alone (below): a
+/// device whose driver is unbinding is never added back.
 pub(crate) fn refresh_published() -> Result {
     let found = PciFunction::with_published_p2pmem()?;
-    let mut withdrawn = KVec::new();
-    {
-        let mut list = PROVIDERS.lock();
-        let mut i = 0;
-        while i < list.len() {
-            if list[i].kind == Kind::Published && !list[i].pdev.has_published_p2pmem() {
-                let p = list.remove(i).map_err(|_| EINVAL)?;
-                withdrawn.push(p, GFP_KERNEL)?;
-            } else {
-                i += 1;
-            }
+    let mut list = PROVIDERS.lock();
+    for f in found {
+        let known = list
+            .iter()
+            .any(|p| p.kind == Kind::Published && p.pdev.addr() == f.addr());
+        if known || DYING.lock().iter().any(|&id| id == f.id()) {
+            continue;
         }
-        for f in found {
-            if list
-                .iter()
-                .any(|p| p.kind == Kind::Published && p.pdev.addr() == f.addr())
-            {
-                continue;
-            }
-            // One page tells which BAR the pool lives in; the owner may also
-            // have handed out everything, and then there is nothing to offer.
-            let Ok(probe) = P2pMem::alloc(f.clone_ref(), PAGE_SIZE) else {
-                continue;
-            };
-            let bus = probe.bus_addr(0);
-            drop(probe);
-            let Some((bar, start, len)) = f.bar_of_bus_addr(bus) else {
-                continue;
-            };
-            let provider = Provider::new(Kind::Published, f, bar, len, start, None)?;
-            list.push(provider, GFP_KERNEL)?;
-        }
-    }
-    // Memory of a withdrawn provider is revoked (not waited for here).
-    for p in withdrawn.iter() {
-        p.revoke_all();
+        // One page tells which BAR the pool lives in; the owner may also
+        // have handed out everything, and then there is nothing to offer.
+        let Ok(probe) = P2pMem::alloc(f.clone_ref(), PAGE_SIZE) else {
+            continue;
+        };
+        let bus = probe.bus_addr(0);
+        drop(probe);
+        let Some((bar, start, len)) = f.bar_of_bus_addr(bus) else {
+            continue;
+        };
+        let provider = Provider::new(Kind::Published, f, bar, len, start, None)?;
+        list.push(provider, GFP_KERNEL)?;
     }
     Ok(())
 }
@@ -320,32 +351,32 @@ pub(crate) struct PublishedUnbind;
 
 impl crate::sys::pci_notify::PciUnbind for PublishedUnbind {
     fn unbinding(id: usize) {
-        let gone = {
-            let mut list = PROVIDERS.lock();
-            let mut gone = KVec::new();
-            let mut i = 0;
-            while i < list.len() {
-                if list[i].kind == Kind::Published && list[i].pdev.id() == id {
-                    if let Ok(p) = list.remove(i) {
-                        // On failure the provider is dropped here: its
-                        // allocations still hold it and are revoked below
-                        // through the graveyard's wait.
-                        let _ = gone.push(p, GFP_KERNEL);
-                    }
-                } else {
-                    i += 1;
+        // Never added back until the driver is gone (`unbound`); if the
+        // mark cannot be kept, a LIST meanwhile may re-add the provider,
+        // whose allocations the owner's teardown then waits for.
+        let _ = DYING.lock().push(id, GFP_KERNEL);
+        loop {
+            let gone = {
+                let mut list = PROVIDERS.lock();
+                match list
+                    .iter()
+                    .position(|p| p.kind == Kind::Published && p.pdev.id() == id)
+                {
+                    Some(i) => list.remove(i).ok(),
+                    None => None,
                 }
-            }
-            gone
-        };
-        for p in gone.iter() {
+            };
+            let Some(p) = gone else { return };
             pr_info!(
                 "provider {}: its driver is unbinding; allocations of it are revoked\n",
                 p.index
             );
-            p.revoke_all();
-            reap_wait(Some(p.index));
+            p.wait_idle();
         }
+    }
+
+    fn unbound(id: usize) {
+        DYING.lock().retain(|d| *d != id);
     }
 }
 
@@ -406,6 +437,8 @@ pub(crate) struct AllocState {
     pub(crate) handle: u64,
     pub(crate) size: u64,
     pub(crate) provider: Arc<Provider>,
+    /// Set when revocation starts (read without the lock, by `revoke_all`).
+    revoked: Atomic<bool>,
     #[pin]
     inner: Mutex<StateInner>,
 }
@@ -448,26 +481,31 @@ impl AllocState {
     /// Takes the memory away from everyone (see the module documentation)
     /// and hands it to the graveyard. Idempotent; never waits.
     pub(crate) fn revoke(self: &Arc<Self>) {
-        let (live, subscribers) = {
+        self.revoked.store(true, Release);
+        let (mapping, subscribers) = {
             let mut inner = self.inner.lock();
             let Some(live) = inner.live.take() else {
                 return;
             };
-            (live, core::mem::take(&mut inner.subscribers))
+            // Dead from here on: reaping waits for the zap below (the pages
+            // are still mapped until it ran, so they are not idle).
+            inner.dead = Some(live.backing);
+            (live.mapping, core::mem::take(&mut inner.subscribers))
         };
-        live.mapping.zap(self.mmap_offset(), self.size);
-        for s in subscribers.iter() {
-            s.invalidate();
-        }
-        drop(subscribers);
-        self.inner.lock().dead = Some(live.backing);
-        // On allocation failure the state stays in its provider's list,
-        // where removal (or module exit) still finds and reaps it.
+        // The graveyard is the fast path of `reap`; a state it could not take
+        // is still found in its provider's list by the next ALLOC there and
+        // by device removal (`Provider::reap_all`).
         {
             let mut graves = GRAVEYARD.lock();
             let _ = graves.push(self.clone(), GFP_KERNEL);
             let _ = BURIED.xchg(graves.len(), Full);
         }
+        mapping.zap(self.mmap_offset(), self.size);
+        drop(mapping);
+        for s in subscribers.iter() {
+            s.invalidate();
+        }
+        drop(subscribers);
         reap();
     }
 
@@ -499,19 +537,23 @@ impl AllocState {
 }
 
 impl DeviceMapping for AllocState {
-    fn fault(&self, offset: u64, slot: FaultSlot<'_>) -> bool {
+    fn fault(&self, offset: u64, slot: FaultSlot<'_>) -> Fault {
         let Some(off) = offset.checked_sub(self.mmap_offset()) else {
-            return false;
+            return Fault::Gone;
         };
         if off >= self.size {
-            return false;
+            return Fault::Gone;
         }
         let inner = self.inner.lock();
         let Some(live) = inner.live.as_ref() else {
-            return false;
+            return Fault::Gone;
         };
         let (mem, start) = live.backing.mem();
-        mem.insert_page(start + off as usize, slot).is_ok()
+        match mem.insert_page(start + off as usize, slot) {
+            Ok(()) => Fault::Mapped,
+            Err(e) if e == ENOMEM => Fault::NoMemory,
+            Err(_) => Fault::Gone,
+        }
     }
 }
 
@@ -528,26 +570,17 @@ pub(crate) fn reap() {
     let _ = BURIED.xchg(graves.len(), Full);
 }
 
-/// Reaps until nothing of `provider` (of any provider: `None`) is left,
-/// sleeping between tries without a lock held: the pins it waits for are an
-/// I/O in flight or another driver's transient pin, which end by themselves.
-fn reap_wait(provider: Option<u32>) {
+/// Module exit: every file and device is gone, so every pin went; what is
+/// left in the graveyard goes now.
+fn reap_at_exit() {
     let mut waited = 0u32;
     loop {
         reap();
-        let left = GRAVEYARD
-            .lock()
-            .iter()
-            .filter(|s| provider.is_none_or(|p| s.provider.index == p))
-            .count();
-        if left == 0 {
+        if GRAVEYARD.lock().is_empty() {
             return;
         }
-        if waited % 100 == 99 {
-            pr_warn!(
-                "{} freed allocation(s) still pinned by I/O; waiting for it to end\n",
-                left
-            );
+        if waited % 500 == 499 {
+            pr_warn!("freed memory still pinned at module exit; waiting\n");
         }
         waited += 1;
         ffi::msleep(10);
@@ -594,6 +627,7 @@ impl Allocation {
         let align = align.max(page);
         // Memory freed earlier may be waiting for its last pin to go.
         reap();
+        provider.reap_all();
         let (backing, bus, provider_offset) = match provider.kind {
             Kind::Bar => {
                 let mut inner = provider.inner.lock();
@@ -646,6 +680,7 @@ impl Allocation {
                         handle: h.0,
                         size,
                         provider: owner,
+                        revoked: Atomic::new(false),
                         inner <- new_mutex!(StateInner {
                             live: None,
                             dead: None,
@@ -707,13 +742,13 @@ impl Allocation {
     }
 
     /// Maps the allocation into `vma` (which must cover exactly its size).
+    /// Nothing is mapped now: the pages come in through faults, which only
+    /// happen once the VMA is linked where revocation's zap finds it.
     pub(crate) fn map(&self, vma: &VmaNew) -> Result {
-        {
-            let inner = self.state.inner.lock();
-            let live = inner.live.as_ref().ok_or(ENODEV)?;
-            let (mem, start) = live.backing.mem();
-            mem.map_into(vma, start, self.state.size as usize)?;
+        if self.state.inner.lock().live.is_none() {
+            return Err(ENODEV);
         }
+        vma.set_mixedmap();
         vma::install(vma, self.state.clone());
         Ok(())
     }

@@ -7,19 +7,26 @@
 //!
 //! Outer to inner; a lock is only taken while holding locks above it:
 //!
+//! 0. a PCI device's `device_lock` (driver remove and the bus notifier:
+//!    device removal waits there for the last pin of its memory, as every
+//!    driver's remove waits for its users)
 //! 1. `OpenFile::regs` (a file's registrations)
 //! 2. the mmap lock of the calling process (peer-memory lookups, GUP; page
 //!    faults on device memory come in holding it)
 //! 3. `OpenFile::allocs` (a file's allocations; mmap takes it under 2.)
-//! 4. the graveyard (devmem: revoked memory waiting for its last pin)
+//! 4. the provider list, then the graveyard (revoked memory waiting for its
+//!    last pin)
 //! 5. `AllocState::inner` (an allocation's memory and subscribers; page
 //!    faults take it under 2.)
-//! 6. `Provider::inner`, then the provider list and the handle pool
-//! 7. `RegEntry::claim`, the statistics table, the peer-memory client
-//!    registry: leaves, under which nothing else is taken.
+//! 6. `Provider::inner`, then the handle pool and the list of devices whose
+//!    driver is unbinding
+//! 7. `RegEntry::claim`, under which the statistics table is taken (a pin's
+//!    gauge); the statistics table and the peer-memory client registry are
+//!    leaves.
 //!
 //! Revocation calls subscribers (which take `RegEntry::claim`) with no lock
-//! of devmem's held. Nothing sleeps waiting for a pin with a lock held.
+//! of devmem's held. No wait for a pin happens with a lock of p2pdirect's
+//! held; FREE never waits at all.
 
 use kernel::{bindings, prelude::*};
 

@@ -44,13 +44,9 @@ mod shim {
         pub(super) fn p2pdirect_pci_dev_put(pdev: *mut pci_dev);
         pub(super) fn p2pdirect_pci_dev_get(pdev: *mut pci_dev) -> *mut pci_dev;
         pub(super) fn p2pdirect_pages_hold(kaddr: *mut c_void, len: usize);
-        pub(super) fn p2pdirect_pages_idle(kaddr: *mut c_void, len: usize) -> bool;
-        pub(super) fn p2pdirect_pages_release(kaddr: *mut c_void, len: usize);
-        pub(super) fn p2pdirect_vm_insert(
-            vma: *mut vm_area_struct,
-            kaddr: *mut c_void,
-            len: usize,
-        ) -> c_int;
+        pub(super) fn p2pdirect_pages_release(kaddr: *mut c_void, len: usize) -> bool;
+        pub(super) fn p2pdirect_zero(kaddr: *mut c_void, len: usize);
+        pub(super) fn p2pdirect_mapping_put(mapping: *mut address_space);
         pub(super) fn p2pdirect_vm_insert_one(
             vma: *mut vm_area_struct,
             addr: kernel::ffi::c_ulong,
@@ -962,22 +958,23 @@ impl P2pMem {
     /// (a mapping, a pin) references them; `EBUSY` otherwise.
     pub(crate) fn try_release(&self, off: usize, len: usize) -> Result {
         let p = self.range(off, len)?;
-        // SAFETY: the range was passed to `hold` and is not yet released; the
-        // owner's lock keeps new mappings of it out while we look.
-        if !unsafe { shim::p2pdirect_pages_idle(p, len) } {
+        // SAFETY: the range was passed to `hold` and is not yet released;
+        // each page's count goes from 1 (ours) to 0 atomically or not at
+        // all (`page_ref_freeze`), so a concurrent speculative reference
+        // cannot be lost.
+        if !unsafe { shim::p2pdirect_pages_release(p, len) } {
             return Err(EBUSY);
         }
-        // SAFETY: as above, and every page holds only our reference.
-        unsafe { shim::p2pdirect_pages_release(p, len) };
         Ok(())
     }
 
-    /// Fills `len` bytes at `off` with zeros, through the CPU.
+    /// Fills `len` bytes at `off` with zeros, through the CPU, in chunks
+    /// with rescheduling points (a large BAR takes a while).
     pub(crate) fn zero(&self, off: usize, len: usize) {
         if let Ok(p) = self.range(off, len) {
             // SAFETY: `p..p + len` is this allocation's memory (checked),
             // mapped in the kernel's address space by the P2PDMA core.
-            unsafe { core::ptr::write_bytes(p.cast::<u8>(), 0, len) };
+            unsafe { shim::p2pdirect_zero(p, len) };
         }
     }
 
@@ -990,15 +987,6 @@ impl P2pMem {
         kernel::error::to_result(unsafe {
             shim::p2pdirect_vm_insert_one(vma, addr as kernel::ffi::c_ulong, p)
         })
-    }
-
-    /// Maps `len` bytes at `off` into the whole of `vma`.
-    pub(crate) fn map_into(&self, vma: &VmaNew, off: usize, len: usize) -> Result {
-        let p = self.range(off, len)?;
-        vma.set_mixedmap();
-        // SAFETY: `vma` is being set up by mmap (mmap lock held for write),
-        // the range holds our page references, so the pages stay allocated.
-        kernel::error::to_result(unsafe { shim::p2pdirect_vm_insert(vma.as_ptr(), p, len) })
     }
 }
 
@@ -1016,10 +1004,8 @@ impl Drop for P2pMem {
 ///
 /// # Invariants
 ///
-/// `0` is the `f_mapping` of an open file of `/dev/p2pdirect`. Holders keep
-/// it only while that file is open: it is stored in allocations, which the
-/// file frees before it goes (and the inode, owner of the mapping, with it).
-#[derive(Clone)]
+/// `0` is the `f_mapping` of a file of `/dev/p2pdirect`, on whose inode (the
+/// mapping's owner) this value holds a reference, dropped by `Drop`.
 pub(crate) struct FileMapping(NonNull<bindings::address_space>);
 
 // SAFETY: an address space may be used from any thread.
@@ -1029,9 +1015,10 @@ unsafe impl Sync for FileMapping {}
 
 impl FileMapping {
     pub(crate) fn of(file: &File) -> Result<Self> {
-        // SAFETY: `file` is a valid open file.
+        // SAFETY: `file` is a valid open file; the shim takes a reference
+        // on its inode.
         let m = unsafe { shim::p2pdirect_file_mapping(file.as_ptr()) };
-        // INVARIANT: the mapping of an open file (see the type's rule for holders).
+        // INVARIANT: the mapping and the inode reference the shim took.
         NonNull::new(m).map(Self).ok_or(EINVAL)
     }
 
@@ -1043,6 +1030,13 @@ impl FileMapping {
         };
         // SAFETY: the mapping is valid by the type invariant.
         unsafe { shim::p2pdirect_unmap_mapping(self.0.as_ptr(), off, len) };
+    }
+}
+
+impl Drop for FileMapping {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we hold one reference on the inode.
+        unsafe { shim::p2pdirect_mapping_put(self.0.as_ptr()) };
     }
 }
 

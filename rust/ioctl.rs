@@ -53,15 +53,15 @@ const KNOWN: [u32; 11] = [
 ];
 
 /// Whether `cmd` may run on a file opened read-only.
-fn read_only_ok(cmd: u32, arg: usize) -> Result<bool> {
-    Ok(match cmd {
-        uapi::P2PDIRECT_IOC_GET_VERSION | uapi::P2PDIRECT_IOC_LIST_PROVIDERS => true,
-        uapi::P2PDIRECT_IOC_STATS => {
-            let req: uapi::p2pdirect_stats = ffi::copy_from_user(arg)?;
-            req.flags & uapi::P2PDIRECT_STATS_RESET == 0
-        }
-        _ => false,
-    })
+fn read_only_ok(cmd: u32) -> bool {
+    // STATS with RESET is refused by `stats` itself, on the one copy of the
+    // argument it acts on.
+    matches!(
+        cmd,
+        uapi::P2PDIRECT_IOC_GET_VERSION
+            | uapi::P2PDIRECT_IOC_LIST_PROVIDERS
+            | uapi::P2PDIRECT_IOC_STATS
+    )
 }
 
 /// The command number `_IOWR(magic, base + nr, T)`.
@@ -89,7 +89,7 @@ const _: () = assert!(uapi::P2PDIRECT_IOC_STATS == iowr::<uapi::p2pdirect_stats>
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
-    if file.flags() & flags::O_ACCMODE == flags::O_RDONLY && !read_only_ok(cmd, arg)? {
+    if file.flags() & flags::O_ACCMODE == flags::O_RDONLY && !read_only_ok(cmd) {
         if !KNOWN.contains(&cmd) {
             return Err(unknown(cmd));
         }
@@ -110,7 +110,7 @@ pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Resu
         uapi::P2PDIRECT_IOC_REG_QUERY => reg_id(arg, |id| me.reg_state(id)),
         uapi::P2PDIRECT_IOC_READ => io(me, arg, false),
         uapi::P2PDIRECT_IOC_WRITE => io(me, arg, true),
-        uapi::P2PDIRECT_IOC_STATS => stats(arg),
+        uapi::P2PDIRECT_IOC_STATS => stats(arg, file.flags() & flags::O_ACCMODE == flags::O_RDONLY),
         _ => Err(unknown(cmd)),
     }
 }
@@ -165,7 +165,7 @@ fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
     if req.flags != 0 {
         return Err(EINVAL);
     }
-    let info = me.alloc(file, req.provider, req.size, req.alignment)?;
+    let (info, state) = me.alloc(file, req.provider, req.size, req.alignment)?;
     req.size = info.size;
     req.handle = info.handle;
     req.mmap_offset = info.mmap_offset;
@@ -173,7 +173,7 @@ fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
     req.provider_offset = info.provider_offset;
     if let Err(e) = ffi::copy_to_user(arg, &req) {
         // The caller cannot learn the handle: undo rather than leak until close.
-        let _ = me.free(info.handle);
+        me.unalloc(&state);
         return Err(e);
     }
     Ok(0)
@@ -287,12 +287,18 @@ fn io(me: &OpenFile, arg: usize, write: bool) -> Result<isize> {
 }
 
 /// STATS: copies out what fits, counts all, resets on request.
-fn stats(arg: usize) -> Result<isize> {
+fn stats(arg: usize, read_only: bool) -> Result<isize> {
     let mut req: uapi::p2pdirect_stats = self::arg(arg)?;
     if req.flags & !uapi::P2PDIRECT_STATS_RESET != 0 || req.pad != 0 {
         return Err(EINVAL);
     }
     let reset = req.flags & uapi::P2PDIRECT_STATS_RESET != 0;
+    if reset && read_only {
+        refuse!(
+            EBADF,
+            "STATS with RESET needs /dev/p2pdirect opened for writing (O_RDWR)\n"
+        );
+    }
     // A reset takes the counters out; if they cannot be copied to the
     // caller they are put back, so a failed STATS loses nothing.
     let (rows, taken) = {

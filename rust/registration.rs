@@ -50,7 +50,7 @@ impl RegEntry {
 
     /// The pinned pages, for I/O: `ESTALE` once invalidated. The reference
     /// keeps them pinned until the I/O is done, even if the registration is
-    /// invalidated meanwhile (the memory's FREE waits for that).
+    /// invalidated meanwhile (the memory returns to its provider only then).
     pub(crate) fn pages(&self) -> Result<ffi::PinRef> {
         match self.claim.lock().as_ref() {
             Some((claim, _, _)) => claim.pages(),
@@ -132,7 +132,9 @@ pub(crate) fn register(
     cap: u64,
 ) -> Result<(u64, u32)> {
     let range = UserRange::new(addr, size)?;
-    if regs.list.iter().any(|r| r.range == range) {
+    // A dead registration of the same range (its memory was freed) does
+    // not stand in the way of a new one.
+    if regs.list.iter().any(|r| r.range == range && r.is_live()) {
         return Err(EEXIST);
     }
     if regs.list.len() >= MAX_PER_FILE {

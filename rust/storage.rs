@@ -21,7 +21,7 @@
 //! a registration of the calling file. Either way the I/O holds its own
 //! reference on the pinned pages until its bios completed, so a FREE racing
 //! with it revokes the mapping at once but the memory is reused only after
-//! the I/O let go (see devmem's `release_when_idle`).
+//! the I/O let go (devmem's graveyard, reaped when the I/O ends).
 //!
 //! No lock is held across the I/O.
 
@@ -41,6 +41,10 @@ use kernel::{
 /// Vectors per bio of the general path (the bio set's inline vectors, so
 /// that the per-CPU bio cache serves it).
 const BIO_VECS: u64 = 4;
+
+/// `MAX_RW_COUNT`: the most one read(2) or write(2) moves (`INT_MAX`
+/// rounded down to a page).
+const MAX_RW_COUNT: u64 = (i32::MAX as u64) & !(PAGE_SIZE as u64 - 1);
 
 /// Size of the COMPAT bounce buffer (host memory), per I/O.
 const BOUNCE_CHUNK: u64 = 1 << 20;
@@ -143,7 +147,12 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
             req.fd
         );
     }
-    let mut len = req.size;
+    // pread/pwrite: a negative offset (as loff_t) is EINVAL, and one call
+    // moves at most MAX_RW_COUNT bytes (a short transfer, not an error).
+    if i64::try_from(req.file_offset).is_err() {
+        return Err(EINVAL);
+    }
+    let mut len = req.size.min(MAX_RW_COUNT);
     if file.is_bdev() {
         // pread/pwrite on a block device: reads stop at its end, writes
         // past it fail.

@@ -106,41 +106,38 @@ void p2pdirect_pages_hold(void *kaddr, size_t len)
 		set_page_count(virt_to_page(kaddr + off), 1);
 }
 
-bool p2pdirect_pages_idle(void *kaddr, size_t len)
+/*
+ * Drops p2pdirect's reference on every page if nothing else references any
+ * (false, with nothing changed, otherwise): each count goes from 1 to 0
+ * atomically, so a concurrent speculative reference (lockless GUP) is never
+ * lost.
+ */
+bool p2pdirect_pages_release(void *kaddr, size_t len)
 {
 	size_t off;
 
-	for (off = 0; off < len; off += PAGE_SIZE)
-		if (page_ref_count(virt_to_page(kaddr + off)) != 1)
+	for (off = 0; off < len; off += PAGE_SIZE) {
+		if (!page_ref_freeze(virt_to_page(kaddr + off), 1)) {
+			while (off) {
+				off -= PAGE_SIZE;
+				page_ref_unfreeze(virt_to_page(kaddr + off), 1);
+			}
 			return false;
+		}
+	}
 	return true;
 }
 
-void p2pdirect_pages_release(void *kaddr, size_t len)
+/* Zeroes device memory, a chunk at a time, with rescheduling points. */
+void p2pdirect_zero(void *kaddr, size_t len)
 {
-	size_t off;
+	size_t off, n;
 
-	for (off = 0; off < len; off += PAGE_SIZE)
-		set_page_count(virt_to_page(kaddr + off), 0);
-}
-
-/*
- * Maps len bytes of device memory at kaddr into the whole of vma, at mmap
- * time; the caller installs the VMA's operations (faults after a zap) after.
- */
-int p2pdirect_vm_insert(struct vm_area_struct *vma, void *kaddr, size_t len)
-{
-	unsigned long addr;
-	int ret;
-
-	if (vma->vm_end - vma->vm_start != len)
-		return -EINVAL;
-	for (addr = vma->vm_start; addr < vma->vm_end; addr += PAGE_SIZE) {
-		ret = vm_insert_page(vma, addr, virt_to_page(kaddr + (addr - vma->vm_start)));
-		if (ret)
-			return ret;
+	for (off = 0; off < len; off += n) {
+		n = min_t(size_t, len - off, SZ_1M);
+		memset_io((void __iomem *)(kaddr + off), 0, n);
+		cond_resched();
 	}
-	return 0;
 }
 
 /* Maps the page of device memory at kaddr at addr of vma (a page fault). */
@@ -152,9 +149,16 @@ int p2pdirect_vm_insert_one(struct vm_area_struct *vma, unsigned long addr, void
 	return ret == -EBUSY ? 0 : ret;
 }
 
+/* The file's address space, holding a reference on its inode (its owner). */
 struct address_space *p2pdirect_file_mapping(struct file *file)
 {
+	ihold(file->f_mapping->host);
 	return file->f_mapping;
+}
+
+void p2pdirect_mapping_put(struct address_space *mapping)
+{
+	iput(mapping->host);
 }
 
 void p2pdirect_unmap_mapping(struct address_space *mapping, loff_t off, loff_t len)

@@ -10,11 +10,14 @@
 use core::marker::PhantomData;
 use kernel::{bindings, error::to_result, ffi::c_void, prelude::*, types::Opaque};
 
-/// Told, in process context and before the driver's `remove`, that the
-/// driver of the PCI device `id` is being unbound. `id` identifies the
+/// Told about drivers leaving and joining PCI devices. `id` identifies the
 /// device as `PciFunction::id` of the ffi room does (its `struct pci_dev`).
 pub(crate) trait PciUnbind: 'static {
+    /// In process context, before the driver's resources go: its `remove`
+    /// is about to run, or its `probe` failed.
     fn unbinding(id: usize);
+    /// The driver is gone, or a new one is about to probe.
+    fn unbound(id: usize);
 }
 
 /// A registered notifier on the PCI bus.
@@ -67,16 +70,19 @@ impl<T: PciUnbind> PciUnbindNotifier<T> {
         action: kernel::ffi::c_ulong,
         data: *mut c_void,
     ) -> kernel::ffi::c_int {
-        if action
-            == kernel::ffi::c_ulong::from(
-                bindings::bus_notifier_event_BUS_NOTIFY_UNBIND_DRIVER as u8,
-            )
+        let event = |e: bindings::bus_notifier_event| u32::try_from(action).is_ok_and(|a| a == e);
+        let dev = data.cast::<bindings::device>();
+        // SAFETY: the PCI bus's notifier is called with a device of that bus,
+        // valid for the call; a `struct pci_dev` embeds it as `dev`.
+        let id = unsafe { kernel::container_of!(dev, bindings::pci_dev, dev) } as usize;
+        if event(bindings::bus_notifier_event_BUS_NOTIFY_UNBIND_DRIVER)
+            || event(bindings::bus_notifier_event_BUS_NOTIFY_DRIVER_NOT_BOUND)
         {
-            let dev = data.cast::<bindings::device>();
-            // SAFETY: the PCI bus's notifier is called with a device of that
-            // bus, valid for the call; a `struct pci_dev` embeds it as `dev`.
-            let pdev = unsafe { kernel::container_of!(dev, bindings::pci_dev, dev) };
-            T::unbinding(pdev as usize);
+            T::unbinding(id);
+        } else if event(bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER)
+            || event(bindings::bus_notifier_event_BUS_NOTIFY_BIND_DRIVER)
+        {
+            T::unbound(id);
         }
         bindings::NOTIFY_DONE as kernel::ffi::c_int
     }

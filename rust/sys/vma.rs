@@ -18,11 +18,20 @@
 use core::marker::PhantomData;
 use kernel::{bindings, ffi::c_void, mm::virt::VmaNew, sync::Arc, types::ForeignOwnable};
 
+/// What a fault on a device mapping came to.
+pub(crate) enum Fault {
+    /// The page is mapped now.
+    Mapped,
+    /// The memory is gone (or the offset is outside it): `SIGBUS`.
+    Gone,
+    /// Mapping it needed memory the kernel did not have: `VM_FAULT_OOM`.
+    NoMemory,
+}
+
 /// An object whose memory is mapped into user space through [`install`].
 pub(crate) trait DeviceMapping: Send + Sync + Sized + 'static {
-    /// Maps the page at byte `offset` of the object into `slot`: `true` if
-    /// it did, `false` (the fault becomes `SIGBUS`) if the memory is gone.
-    fn fault(&self, offset: u64, slot: FaultSlot<'_>) -> bool;
+    /// Maps the page at byte `offset` of the object into `slot`.
+    fn fault(&self, offset: u64, slot: FaultSlot<'_>) -> Fault;
 }
 
 /// The place a faulting access waits for its page.
@@ -112,10 +121,10 @@ impl<T: DeviceMapping> Ops<T> {
             vmf,
             _p: PhantomData,
         };
-        if data.fault(offset, slot) {
-            bindings::vm_fault_reason_VM_FAULT_NOPAGE
-        } else {
-            bindings::vm_fault_reason_VM_FAULT_SIGBUS
+        match data.fault(offset, slot) {
+            Fault::Mapped => bindings::vm_fault_reason_VM_FAULT_NOPAGE,
+            Fault::Gone => bindings::vm_fault_reason_VM_FAULT_SIGBUS,
+            Fault::NoMemory => bindings::vm_fault_reason_VM_FAULT_OOM,
         }
     }
 }

@@ -637,6 +637,33 @@ TEST_F(hd, free_never_waits_for_registrations)
 	close(other);
 }
 
+/*
+ * A registration made dead by FREE does not block registering the same
+ * range again once new memory is mapped there (it stays until DEREGISTER).
+ */
+TEST_F(hd, dead_registration_does_not_block_the_range)
+{
+	struct p2pdirect_alloc a, b;
+	__u64 old = 0, id = 0;
+	__u8 *m;
+
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_EQ(0, reg(self->dev, m, a.size, &old));
+	ASSERT_EQ(0, free_handle(self->dev, a.handle));
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(self->dev, old));
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &b));
+	ASSERT_EQ(m, mmap(m, b.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, self->dev,
+			  b.mmap_offset));
+	EXPECT_EQ(0, reg(self->dev, m, b.size, &id));
+	EXPECT_EQ(-EEXIST, reg(self->dev, m, b.size, NULL));
+	EXPECT_EQ(P2PDIRECT_REG_LIVE, reg_state(self->dev, id));
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(self->dev, old));
+	munmap(m, b.size);
+	EXPECT_EQ(0, free_handle(self->dev, b.handle));
+}
+
 /* --- 7. no side effect on a failed call ---------------------------------------- */
 
 /* READ whose argument is read-only: EFAULT, and no byte moved. */

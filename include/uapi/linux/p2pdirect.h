@@ -19,7 +19,9 @@
  *  -EFAULT  the argument pointer is not readable/writable user memory. Every
  *           argument struct is read and written back before the command acts
  *           (since ABI 1.6), so a read-only argument fails before anything
- *           happened: no data moved, nothing allocated, no counter reset;
+ *           happened: no data moved, nothing allocated, no counter reset
+ *           (another thread unmapping the argument while the command runs
+ *           can still make the final copy-out fail after the fact);
  *  -EINVAL  a pad or reserved field is not zero;
  *  -EBADF   the command needs /dev/p2pdirect open for writing (since 1.6).
  *
@@ -163,7 +165,7 @@ struct p2pdirect_list_providers {
  * Errors: -EINVAL size 0, alignment not a power of two, flags set;
  * -ENOMEM not enough free memory on the provider (or a size larger than
  * it); -ENODEV unknown provider, or its device is going away; -ENOSPC no
- * handle left (2^20 allocations alive).
+ * handle left (2^20 - 1 allocations alive).
  * The allocation belongs to the open file: close or exit frees it.
  */
 struct p2pdirect_alloc {
@@ -273,7 +275,7 @@ struct p2pdirect_dma_probe {
  * mapping) is refused with -EFAULT, here and by DMA_PROBE, READ and WRITE.
  *
  * Errors: -ENXIO not device memory (no client claims it); -EEXIST this file
- * already registered exactly this range; -EDQUOT the file would pin more
+ * already has a live registration of exactly this range; -EDQUOT the file would pin more
  * than the module parameter max_pinned_mib allows (counted in whole pages:
  * a 2-byte range across a page boundary pins 8 KiB), or the range alone is
  * larger; -ENOSPC the file holds 4096 registrations already; -EFAULT the

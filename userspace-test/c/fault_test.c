@@ -135,6 +135,16 @@ static long long sysfs_ll(const char *path)
 	return strtoll(buf, NULL, 0);
 }
 
+/* A kernel address or size from sysfs ("0xffff..."); 0 if unreadable. */
+static unsigned long long sysfs_ull(const char *path)
+{
+	char buf[64];
+
+	if (sysfs_read(path, buf, sizeof(buf)))
+		return 0;
+	return strtoull(buf, NULL, 0);
+}
+
 /* A line for the kernel log, which the host's console scan reads. */
 static void log_kernel(const char *msg)
 {
@@ -741,31 +751,36 @@ static int fi(const char *cap, const char *attr, const char *val)
 /* [start, end) of the module's code: its .text sections and what follows, coresize bytes. */
 static int module_text(unsigned long long *start, unsigned long long *end)
 {
-	long long size = sysfs_ll("/sys/module/" MODULE_NAME "/coresize");
+	unsigned long long size = sysfs_ull("/sys/module/" MODULE_NAME "/coresize");
 	glob_t g;
 
 	*start = ~0ull;
 	if (glob("/sys/module/" MODULE_NAME "/sections/.text*", 0, NULL, &g))
 		return -ENOENT;
 	for (size_t i = 0; i < g.gl_pathc; i++) {
-		unsigned long long a = (unsigned long long)sysfs_ll(g.gl_pathv[i]);
+		unsigned long long a = sysfs_ull(g.gl_pathv[i]);
 
 		if (a && a < *start)
 			*start = a;
 	}
 	globfree(&g);
-	if (*start == ~0ull || *start == 0 || size <= 0)
+	if (*start == ~0ull || !size)
 		return -ENOENT;
 	*end = *start + size;
 	return 0;
 }
 
-static int fi_alloc_arm(void)
+/*
+ * @module: only allocations with the module's code on the stack (the top 32
+ * frames); else every allocation of the call, in the kernel's own paths
+ * around the module's callbacks too (mmap_region, open, the block layer).
+ */
+static int fi_alloc_arm(bool module)
 {
 	static const char *const caps[] = { "failslab", "fail_page_alloc" };
-	unsigned long long start, end;
+	unsigned long long start = 0, end = ~0ull;
 	char s[32], e[32];
-	int r = module_text(&start, &end);
+	int r = module ? module_text(&start, &end) : 0;
 
 	if (r)
 		return r;
@@ -1361,8 +1376,9 @@ static const struct cmd *cmd_named(const char *name)
  * survive an injected failure work, and neither leaves anything behind.
  */
 static void alloc_failures(struct __test_metadata *_metadata, int dev, const struct gpu *g,
-			   const char *ns1, const char *name)
+			   const char *ns1, const char *name, bool module)
 {
+	const char *scope = module ? "module" : "syscall";
 	const struct cmd *cmd = cmd_named(name);
 	struct p2pdirect_provider_info p[8];
 	unsigned int n, failed = 0, survived = 0;
@@ -1383,7 +1399,7 @@ static void alloc_failures(struct __test_metadata *_metadata, int dev, const str
 	ASSERT_GE(c.pinned0, 0);
 	nth = open("/proc/thread-self/fail-nth", O_RDWR | O_CLOEXEC);
 	ASSERT_GE(nth, 0) TH_LOG("fail-nth: %s", strerror(errno));
-	ASSERT_EQ(0, fi_alloc_arm()) TH_LOG("configuring failslab/fail_page_alloc");
+	ASSERT_EQ(0, fi_alloc_arm(module)) TH_LOG("configuring failslab/fail_page_alloc");
 	if (cmd->setup)
 		ASSERT_EQ(0, cmd->setup(&c)) TH_LOG("%s setup: %s", name, c.why);
 	for (n = 1; n <= MAX_NTH; n++) {
@@ -1391,20 +1407,20 @@ static void alloc_failures(struct __test_metadata *_metadata, int dev, const str
 		bool injected;
 
 		if (cmd->before)
-			ASSERT_EQ(0, cmd->before(&c)) TH_LOG("%s N=%u, before: %s", name, n, c.why);
+			ASSERT_EQ(0, cmd->before(&c)) TH_LOG("%s %s N=%u, before: %s", name, scope, n, c.why);
 		c.why[0] = '\0';
 		nth_arm(nth, n);
 		ret = cmd->call(&c);
 		left = nth_left(nth);
 		injected = left == 0;
-		printf("# %s N=%u: %s, %s%s%s%s\n", name, n,
+		printf("# %s %s N=%u: %s, %s%s%s%s\n", name, scope, n,
 		       injected ? "injected" : "not reached",
 		       ret == CHECK_FAILED ? "wrong result:" : ret ? "-" : "",
 		       ret == CHECK_FAILED ? "" : ret ? ename(ret) : "0", c.why[0] ? " " : "", c.why);
 		ASSERT_NE(~0u, left);
 		if (ret == CHECK_FAILED) {
 			/* The call's own check failed (c.why). */
-			EXPECT_EQ(0, ret) TH_LOG("%s N=%u: %s", name, n, c.why);
+			EXPECT_EQ(0, ret) TH_LOG("%s %s N=%u: %s", name, scope, n, c.why);
 			break;
 		}
 		if (ret) {
@@ -1416,7 +1432,7 @@ static void alloc_failures(struct __test_metadata *_metadata, int dev, const str
 			if (k == ne && ne < 8)
 				e[ne++] = -ret;
 			EXPECT_TRUE(ret == -ENOMEM || (cmd->io && ret == -EIO))
-				TH_LOG("%s N=%u failed with %s, not a documented errno", name, n,
+				TH_LOG("%s %s N=%u failed with %s, not a documented errno", name, scope, n,
 				       ename(ret));
 		} else if (injected) {
 			survived++;
@@ -1424,7 +1440,7 @@ static void alloc_failures(struct __test_metadata *_metadata, int dev, const str
 		if (!injected)
 			EXPECT_EQ(0, ret) TH_LOG("%s failed with no fault injected: %s", name,
 						 ename(ret));
-		ASSERT_EQ(0, cmd->after(&c, ret)) TH_LOG("%s N=%u (%s): %s", name, n,
+		ASSERT_EQ(0, cmd->after(&c, ret)) TH_LOG("%s %s N=%u (%s): %s", name, scope, n,
 							  ret ? ename(ret) : "success", c.why);
 		if (!injected)
 			break;
@@ -1436,14 +1452,19 @@ static void alloc_failures(struct __test_metadata *_metadata, int dev, const str
 	for (int i = 0; i < ne; i++)
 		snprintf(errs + strlen(errs), sizeof(errs) - strlen(errs), "%s%s", i ? " " : "",
 			 ename(e[i]));
-	printf("# %s: %u allocations under the module; %u calls failed (%s), %u survived an injected failure\n",
-	       name, n - 1, failed, ne ? errs : "-", survived);
+	printf("# %s: %u allocations %s; %u calls failed (%s), %u survived an injected failure\n",
+	       name, n - 1, module ? "under the module" : "in the system call", failed,
+	       ne ? errs : "-", survived);
 	close(nth);
 	close(c.rd);
 	close(c.wr);
 }
 
-#define FAULT_ALLOCS(name) alloc_failures(_metadata, self->dev, &self->gpu[0], self->ns1, name)
+/* Both scopes: the module's allocations, then every allocation of the call. */
+#define FAULT_ALLOCS(name) do { \
+	alloc_failures(_metadata, self->dev, &self->gpu[0], self->ns1, name, true); \
+	alloc_failures(_metadata, self->dev, &self->gpu[0], self->ns1, name, false); \
+} while (0)
 
 /* The filter sees the module: ALLOC allocates, so its first allocation fails. */
 TEST_F(ft, b0_alloc_failure_reaches_the_module)
@@ -1454,7 +1475,7 @@ TEST_F(ft, b0_alloc_failure_reaches_the_module)
 
 	nth = open("/proc/thread-self/fail-nth", O_RDWR | O_CLOEXEC);
 	ASSERT_GE(nth, 0);
-	ASSERT_EQ(0, fi_alloc_arm());
+	ASSERT_EQ(0, fi_alloc_arm(true));
 	nth_arm(nth, 1);
 	r = do_alloc(self->dev, self->gpu[0].index, B_LEN, &a);
 	left = nth_left(nth);
@@ -1980,15 +2001,33 @@ static void rmmod_refused(struct __test_metadata *_metadata, enum hold what, int
 	EXPECT_EQ(0, holder_stop(&h, 'x')) TH_LOG("what the holder held stopped working");
 }
 
-TEST(e1_rmmod_refused_while_open)
+/*
+ * A fixture that holds nothing, so that only the holder process keeps the
+ * module; defined last, so that its cases run after all of ft's.
+ */
+FIXTURE(rm) {
+	char ns1[64];
+};
+
+FIXTURE_SETUP(rm)
 {
+	char ctrl[32];
+
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	ASSERT_TRUE(find_ns1(self->ns1, sizeof(self->ns1), ctrl, sizeof(ctrl)));
+}
+
+FIXTURE_TEARDOWN(rm)
+{
+}
+
+TEST_F(rm, e1_rmmod_refused_while_open)
+{
 	rmmod_refused(_metadata, HOLD_OPEN, 1);
 }
 
-TEST(e2_rmmod_refused_while_mapped)
+TEST_F(rm, e2_rmmod_refused_while_mapped)
 {
-	setvbuf(stdout, NULL, _IOLBF, 0);
 	rmmod_refused(_metadata, HOLD_MAPPING, 1);
 }
 
@@ -1998,15 +2037,13 @@ TEST(e2_rmmod_refused_while_mapped)
  * running ioctl and crash the guest: if an earlier case saw the module go
  * away while in use, this one fails without trying.
  */
-TEST(e3_rmmod_refused_during_io)
+TEST_F(rm, e3_rmmod_refused_during_io)
 {
-	char ctrl[32];
 	int fd;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
 	ASSERT_NE(0, access(UNLOADED_FLAG, F_OK))
 		TH_LOG("not tried: the module unloaded while in use above; during I/O that would crash the guest");
-	ASSERT_TRUE(find_ns1(hold_ns1, sizeof(hold_ns1), ctrl, sizeof(ctrl)));
+	snprintf(hold_ns1, sizeof(hold_ns1), "%s", self->ns1);
 	fd = open(hold_ns1, O_RDWR | O_DIRECT | O_CLOEXEC);
 	ASSERT_GE(fd, 0);
 	ASSERT_EQ(0, ns_fill(fd, E_POS, E_LEN, SEED_E));

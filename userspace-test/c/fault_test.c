@@ -18,11 +18,12 @@
  *   [160M, 164M)  device error: READ source
  *   [164M, 169M)  device error: WRITE target [165M, 168M), guards around it
  *   [169M, 174M)  device error with cached pages: WRITE target [170M, 173M)
- *   [176M, 180M)  allocation failures: READ source [176M, 177M), WRITE
- *                 target [178M, 179M), guards around it
- *   [180M, 186M)  controller reset: a 1 MiB slice per thread, every 2 MiB
- *   [188M, 189M)  GPU unbind: READ source
- *   [190M, 191M)  rmmod: READ source
+ *   [174M, 179M)  device error in the first bio: WRITE target [175M, 178M)
+ *   [180M, 184M)  allocation failures: READ source [180M, 181M), WRITE
+ *                 target [182M, 183M), guards around it
+ *   [184M, 189M)  controller reset: a 1 MiB slice per thread, every 2 MiB
+ *   [190M, 191M)  GPU unbind: READ source
+ *   [191M, 192M)  rmmod: READ source
  * Device memory the tests write is reported to the host as storage_test does
  * (ci/hostcheck.py replays the records in order, the last writer wins):
  *   # HOSTCHECK gpu=BDF off=N len=N (fill=S pos=P | ns=NSID nsoff=N | zero) guard=N
@@ -71,16 +72,17 @@
 #define A_WRITE_LEN (3 * MiB)
 #define A_CACHE_POS (170 * MiB)
 #define A_CACHE_LEN (3 * MiB)
+#define A_FIRST_POS (175 * MiB)
 #define NS_GUARD MiB		/* namespace bytes checked on each side of a WRITE */
-#define B_READ_POS (176 * MiB)
-#define B_WRITE_POS (178 * MiB)
+#define B_READ_POS (180 * MiB)
+#define B_WRITE_POS (182 * MiB)
 #define B_LEN MiB
-#define C_POS (180 * MiB)
+#define C_POS (184 * MiB)
 #define C_STRIDE (2 * MiB)
 #define C_LEN MiB
-#define D_POS (188 * MiB)
+#define D_POS (190 * MiB)
 #define D_LEN MiB
-#define E_POS (190 * MiB)
+#define E_POS (191 * MiB)
 #define E_LEN MiB
 
 #define SEED_A_READ 0xfa1
@@ -721,6 +723,71 @@ TEST_F_TIMEOUT(ft, a3_device_error_mid_write_no_stale_cache, 120)
 	rec_nvme(pos, len, SEED_A_CACHE_NEW);
 	close(bfd);
 	close(fd);
+}
+
+/*
+ * When the first bio fails, nothing was transferred from @file_offset on:
+ * READ and WRITE fail with EIO, whether the I/O takes many bios or one (the
+ * module's on-stack bio). The first block of the range and everything around
+ * it keep what they held.
+ */
+static int first_bio_fails(struct __test_metadata *_metadata, FIXTURE_DATA(ft) * self,
+			   bool write, __u64 len)
+{
+	__u64 pos = write ? A_FIRST_POS : A_READ_POS, lo = pos - NS_GUARD;
+	struct p2pdirect_io out;
+	struct dbuf b;
+	long long left;
+	__u8 *back;
+	int fd, r;
+
+	fd = open(self->ns1, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (fd < 0 || dbuf_new(self->dev, &self->gpu[0], len, &b))
+		return -1;
+	if (write) {
+		if (ns_fill(fd, lo, len + 2 * NS_GUARD, SEED_A_OLD))
+			return -1;
+		rec_nvme(lo, len + 2 * NS_GUARD, SEED_A_OLD);
+		fill_buf(b.p, len, pos, SEED_A_NEW);
+		rec_fill(&b, 0, len, SEED_A_NEW, pos);
+	} else {
+		dbuf_fill_all(&b, SEED_MEM_OLD);
+	}
+	if (fmr_arm(self->disk, 0))
+		return -1;
+	r = rw(self->dev, write, fd, 0, (uintptr_t)b.p, len, pos, 0, &out);
+	left = fmr_disarm(self->disk);
+	TH_LOG("%s of %llu bytes, first bio failing: %s, %llu bytes", write ? "WRITE" : "READ",
+	       len, r ? ename(r) : "success", out.bytes);
+	EXPECT_EQ(0, left) TH_LOG("no bio failed: the fault was not injected");
+	EXPECT_EQ(-EIO, r);
+	if (write) {
+		back = ns_read(fd, lo, len + 2 * NS_GUARD);
+		if (!back)
+			return -1;
+		EXPECT_EQ(0u, fill_diff(back, NS_GUARD + LBS, lo, SEED_A_OLD));
+		EXPECT_EQ(0u, fill_diff(back + NS_GUARD + len, NS_GUARD, pos + len, SEED_A_OLD));
+		free(back);
+		/* After the first block the content is not defined: rewrite it. */
+		if (ns_fill(fd, pos + LBS, len - LBS, SEED_A_OLD))
+			return -1;
+		rec_nvme(pos + LBS, len - LBS, SEED_A_OLD);
+	} else {
+		EXPECT_EQ(0u, fill_diff(b.map, GUARD + LBS, 0, SEED_MEM_OLD));
+		EXPECT_EQ(0u, fill_diff(b.p + len, GUARD, GUARD + len, SEED_MEM_OLD));
+		zero_rec(&b, LBS, len - LBS);
+	}
+	close(fd);
+	return dbuf_free(self->dev, &b);
+}
+
+TEST_F_TIMEOUT(ft, a4_device_error_at_first_bio, 120)
+{
+	EXPECT_EQ(0, first_bio_fails(_metadata, self, false, A_READ_LEN));
+	EXPECT_EQ(0, first_bio_fails(_metadata, self, true, A_WRITE_LEN));
+	/* One bio: the module's on-stack path. */
+	EXPECT_EQ(0, first_bio_fails(_metadata, self, false, 64 * KiB));
+	EXPECT_EQ(0, first_bio_fails(_metadata, self, true, 64 * KiB));
 }
 
 /* --- b: allocation failures inside every command ---------------------------- */

@@ -314,28 +314,23 @@ static int find_gpus(int dev, struct gpu *gpu)
 	return g;
 }
 
-/* ALLOC zeroes the memory (ABI 1.6): every ALLOC is a write the host must know of. */
-static bool alloc_zeroes = true;
-
-static void alloc_zeroes_from(int dev)
-{
-	struct p2pdirect_version v = { 0 };
-
-	if (!ioctl(dev, P2PDIRECT_IOC_GET_VERSION, &v))
-		alloc_zeroes = v.abi_major > 1 || v.abi_minor >= 6;
-}
-
-static int do_alloc(int dev, const struct gpu *g, __u64 size, struct p2pdirect_alloc *a)
+/* ALLOC alone, for a call under fault injection: nothing else in between. */
+static int alloc_only(int dev, const struct gpu *g, __u64 size, struct p2pdirect_alloc *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->provider = g->index;
 	a->size = size;
-	if (ioctl(dev, P2PDIRECT_IOC_ALLOC, a))
-		return -errno;
-	if (alloc_zeroes)
-		printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
-		       (unsigned long long)a->provider_offset, (unsigned long long)a->size);
-	return 0;
+	return ioctl(dev, P2PDIRECT_IOC_ALLOC, a) ? -errno : 0;
+}
+
+/* ALLOC zeroes the memory: every ALLOC is a write the host must know of. */
+static int do_alloc(int dev, const struct gpu *g, __u64 size, struct p2pdirect_alloc *a)
+{
+	int r = alloc_only(dev, g, size, a);
+
+	if (!r)
+		record_alloc_zero(dev, a);
+	return r;
 }
 
 static int do_free(int dev, __u64 handle)
@@ -408,10 +403,8 @@ static int dbuf_new(int dev, const struct gpu *g, __u64 len, struct dbuf *b)
 	b->p = b->map + GUARD;
 	b->len = len;
 	b->g = g;
-	memset(b->map, 0, b->a.size);
-	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
-	       (unsigned long long)b->a.provider_offset, (unsigned long long)b->a.size);
-	return 0;
+	/* ALLOC zeroed it (and do_alloc() told the host). */
+	return nonzero(b->map, b->a.size) ? -EIO : 0;
 }
 
 static int dbuf_free(int dev, struct dbuf *b)
@@ -510,7 +503,6 @@ FIXTURE_SETUP(ft)
 	self->dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
 	ASSERT_GE(self->dev, 0) TH_LOG("open %s: %s", DEV_PATH, strerror(errno));
 	ASSERT_EQ(2, find_gpus(self->dev, self->gpu)) TH_LOG("need two emulated GPUs");
-	alloc_zeroes_from(self->dev);
 	ASSERT_TRUE(find_ns1(self->ns1, sizeof(self->ns1), self->ctrl, sizeof(self->ctrl)));
 	snprintf(self->disk, sizeof(self->disk), "%s", strrchr(self->ns1, '/') + 1);
 	snprintf(path, sizeof(path), "/sys/block/%s/queue/max_sectors_kb", self->disk);
@@ -1059,13 +1051,16 @@ static int call_list(struct bctx *c)
 /* ALLOC */
 static int call_alloc(struct bctx *c)
 {
-	return do_alloc(c->dev, c->g, B_LEN, &c->a);
+	return alloc_only(c->dev, c->g, B_LEN, &c->a);
 }
 
 static int after_alloc(struct bctx *c, int ret)
 {
 	if (!ret) {
-		int r = do_free(c->dev, c->a.handle);
+		int r;
+
+		record_alloc_zero(c->dev, &c->a);
+		r = do_free(c->dev, c->a.handle);
 
 		if (r)
 			return FAILED(c, "FREE of what ALLOC gave: %s", ename(r));
@@ -1561,11 +1556,13 @@ TEST_F(ft, b0_alloc_failure_reaches_the_module)
 	ASSERT_GE(nth, 0);
 	ASSERT_EQ(0, fi_alloc_arm(true));
 	nth_arm(nth, 1);
-	r = do_alloc(self->dev, &self->gpu[0], B_LEN, &a);
+	r = alloc_only(self->dev, &self->gpu[0], B_LEN, &a);
 	left = nth_left(nth);
 	fi_alloc_disarm();
-	if (!r)
+	if (!r) {
+		record_alloc_zero(self->dev, &a);
 		do_free(self->dev, a.handle);
+	}
 	EXPECT_EQ(0u, left) TH_LOG("no allocation with the module on the stack was seen");
 	EXPECT_TRUE(r == 0 || r == -ENOMEM) TH_LOG("ALLOC: %s", ename(r));
 	close(nth);
@@ -1972,7 +1969,6 @@ static int hold(enum hold what, int cmd, int ready)
 	dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
 	if (dev < 0)
 		return 10;
-	alloc_zeroes_from(dev);
 	if (what != HOLD_OPEN) {
 		struct gpu g[2];
 

@@ -243,6 +243,7 @@ run_checks() {
 	run_suite c-devmem /tests/devmem_test
 	run_suite c-peermem /tests/peermem_test
 	run_suite c-storage /tests/storage_test
+	run_suite c-fault /tests/fault_test
 	for t in /tests/rust-*; do
 		run_suite "${t##*/}" rust_suite "$t"
 	done

@@ -365,6 +365,25 @@ fn bio_bytes(lim: &Limits, in_page: u64, remaining: u64) -> u64 {
 /// Raw block device: builds, submits and waits for the bios. Returns the
 /// bytes of the good prefix (see the UAPI header on partial transfers).
 fn bdev_io(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
+    let (pos, len, write) = (span.pos, span.len, span.write);
+    // Cached data of the range must not hide or shadow the bios' data:
+    // dirty pages are written back first; a WRITE drops the range from the
+    // cache before and, whatever became of its bios, after (as the block
+    // layer's own direct writes do), so no reader sees stale pages even of
+    // blocks written after a failed one.
+    file.bdev_sync(pos, len)?;
+    if write {
+        file.bdev_invalidate(pos, len);
+    }
+    let r = bdev_bios(file, lim, span);
+    if write {
+        file.bdev_invalidate(pos, len);
+    }
+    r
+}
+
+/// The bios of [`bdev_io`]: returns the bytes of the good prefix.
+fn bdev_bios(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
     let Span {
         pages,
         off,
@@ -372,17 +391,12 @@ fn bdev_io(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
         len,
         write,
     } = *span;
-    // Cached data of the range must not hide or shadow the bios' data.
-    file.bdev_sync(pos, len)?;
     let page = PAGE_SIZE as u64;
     let first = pages.page_offset();
     // What fits one bio goes through one on-stack bio: no allocation.
     if bio_bytes(lim, (first + off) % page, len) == len {
         if let Ok(n) = u32::try_from(len) {
             if file.bio_onstack(pages, off, n, pos, write)? {
-                if write {
-                    file.bdev_invalidate(pos, len);
-                }
                 return Ok(len);
             }
         }
@@ -428,9 +442,6 @@ fn bdev_io(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
         Err((e, 0)) => return Err(e),
         Err((_, at)) => at,
     };
-    if write && good > 0 {
-        file.bdev_invalidate(pos, good);
-    }
     match build_err {
         Some(e) if good == 0 => Err(e),
         _ => Ok(good),

@@ -431,72 +431,80 @@ static int new_loop(const char *file, char *loop, size_t len)
 	return sh(cmd);
 }
 
-/* A loop device over a file in /tmp, made into active swap. */
+/* What write(2) and WRITE (direct, and COMPAT) said to a 4 KiB write. */
+struct refusals {
+	int pwrite, write, compat;
+};
+
+/*
+ * Writes 4 KiB at @at of the block device open as @fd every way; -1: setup
+ * failed. Closes @fd.
+ */
+static int try_writes(int dev, const struct gpu *g, int fd, __u64 at, struct refusals *r)
+{
+	struct p2pdirect_alloc a;
+	int ret = -1;
+	void *buf;
+	__u8 *m;
+
+	if (alloc_on(dev, g, 64 * KiB, &a))
+		return -1;
+	m = map_alloc(dev, &a);
+	if (m != MAP_FAILED && fd >= 0 && !posix_memalign(&buf, 4096, 4096)) {
+		memset(buf, 0, 4096);
+		r->pwrite = pwrite(fd, buf, 4096, at) < 0 ? errno : 0;
+		r->write = -io(dev, true, fd, 0, (uintptr_t)m, 4096, at, NULL);
+		r->compat = -io(dev, true, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 4096, at, NULL);
+		free(buf);
+		ret = 0;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (m != MAP_FAILED)
+		munmap(m, a.size);
+	free_handle(dev, a.handle);
+	return ret;
+}
+
+/* A loop device over a file in /tmp, made into active swap: ETXTBSY. */
 TEST_F(hd, active_swap_device_etxtbsy)
 {
 	char loop[64] = "", cmd[200];
-	struct p2pdirect_alloc a;
-	struct p2pdirect_io out;
-	__u8 *m;
-	void *buf;
-	int fd;
+	struct refusals r;
 
 	ASSERT_EQ(0, sh("dd if=/dev/zero of=/tmp/swap.img bs=1M count=8 2>/dev/null"));
 	ASSERT_EQ(0, new_loop("/tmp/swap.img", loop, sizeof(loop)));
 	snprintf(cmd, sizeof(cmd), "mkswap %s >/dev/null && swapon %s", loop, loop);
 	ASSERT_EQ(0, sh(cmd)) TH_LOG("swapon %s failed", loop);
-	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
-	m = map_alloc(self->dev, &a);
-	ASSERT_NE(MAP_FAILED, m);
-	fd = open(loop, O_RDWR | O_DIRECT);
-	ASSERT_GE(fd, 0);
-	/* write(2) refuses it... */
-	ASSERT_EQ(0, posix_memalign(&buf, 4096, 4096));
-	memset(buf, 0, 4096);
-	EXPECT_EQ(-1, pwrite(fd, buf, 4096, 1 * MiB));
-	EXPECT_EQ(ETXTBSY, errno);
-	/* ...and so does WRITE, whatever the memory. */
-	EXPECT_EQ(-ETXTBSY, io(self->dev, true, fd, 0, (uintptr_t)m, 4096, 1 * MiB, &out));
-	EXPECT_EQ(-ETXTBSY,
-		  io(self->dev, true, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 4096, 1 * MiB, &out));
-	close(fd);
+	EXPECT_EQ(0, try_writes(self->dev, &self->gpu[0], open(loop, O_RDWR | O_DIRECT), 1 * MiB,
+				&r));
+	EXPECT_EQ(ETXTBSY, r.pwrite);
+	EXPECT_EQ(ETXTBSY, r.write);
+	EXPECT_EQ(ETXTBSY, r.compat);
 	snprintf(cmd, sizeof(cmd), "swapoff %s && losetup -d %s && rm -f /tmp/swap.img", loop, loop);
 	EXPECT_EQ(0, sh(cmd));
-	free(buf);
-	munmap(m, a.size);
-	EXPECT_EQ(0, free_handle(self->dev, a.handle));
 }
 
 /* A read-only block device: write(2) says EPERM, so does WRITE. */
 TEST_F(hd, read_only_block_device_eperm)
 {
 	char loop[64] = "", cmd[200];
-	struct p2pdirect_alloc a;
-	struct p2pdirect_io out;
-	__u8 *m;
-	void *buf;
+	struct refusals r;
 	int fd;
 
 	ASSERT_EQ(0, sh("dd if=/dev/zero of=/tmp/ro.img bs=1M count=4 2>/dev/null"));
 	ASSERT_EQ(0, new_loop("/tmp/ro.img", loop, sizeof(loop)));
+	/* Opened for writing while it still could be. */
 	fd = open(loop, O_RDWR | O_DIRECT);
 	ASSERT_GE(fd, 0);
 	snprintf(cmd, sizeof(cmd), "blockdev --setro %s", loop);
 	ASSERT_EQ(0, sh(cmd));
-	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
-	m = map_alloc(self->dev, &a);
-	ASSERT_NE(MAP_FAILED, m);
-	ASSERT_EQ(0, posix_memalign(&buf, 4096, 4096));
-	memset(buf, 0, 4096);
-	EXPECT_EQ(-1, pwrite(fd, buf, 4096, 0));
-	EXPECT_EQ(EPERM, errno);
-	EXPECT_EQ(-EPERM, io(self->dev, true, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 4096, 0, &out));
-	close(fd);
+	EXPECT_EQ(0, try_writes(self->dev, &self->gpu[0], fd, 0, &r));
+	EXPECT_EQ(EPERM, r.pwrite);
+	EXPECT_EQ(EPERM, r.write);
+	EXPECT_EQ(EPERM, r.compat);
 	snprintf(cmd, sizeof(cmd), "losetup -d %s && rm -f /tmp/ro.img", loop);
 	EXPECT_EQ(0, sh(cmd));
-	free(buf);
-	munmap(m, a.size);
-	EXPECT_EQ(0, free_handle(self->dev, a.handle));
 }
 
 /* READ and WRITE on a raw namespace send the events read(2)/write(2) send. */

@@ -333,6 +333,7 @@ struct dalloc {			/* an allocation this thread made */
 	bool reliable;		/* only this thread can have freed it: oracles apply */
 	bool freed;		/* FREE succeeded */
 	__u64 handle, size, mmap_offset;
+	__u64 born;		/* the thread's operation count at ALLOC */
 };
 
 struct region {			/* a device mapping this thread owns */
@@ -342,7 +343,10 @@ struct region {			/* a device mapping this thread owns */
 	int alloc;		/* index in allocs, or -1: unknown what it maps */
 	int prot;
 	int shared_ix;		/* entry in the shared table, or -1 */
+	unsigned int hist;	/* H_* of what was done to it, for failure messages */
 };
+
+enum { H_DONTNEED = 1, H_MADV = 2, H_SPLIT = 4, H_SHRUNK = 8, H_MPROTECT = 16, H_MOVED = 32 };
 
 struct reg {
 	bool used;
@@ -366,6 +370,7 @@ struct worker {
 	pid_t kids[MAX_KIDS];
 	bool kid_kill[MAX_KIDS];
 	__u64 kid_born[MAX_KIDS], next_fork;
+	__u64 nops;		/* operations so far */
 };
 
 static __u64 rnd(struct worker *w, __u64 n)
@@ -638,15 +643,19 @@ static bool region_zapped(struct worker *w, struct region *r)
  * ioctl(@fd, @cmd, @arg) with the @len bytes of the argument placed somewhere
  * random: mostly where it is, else NULL, kernel, non-canonical, PROT_NONE,
  * read-only, straddling into a guard page, in device memory, in a freed
- * device mapping. Returns true if @arg now holds what the kernel wrote back.
+ * device mapping. Returns true if @arg holds what the kernel wrote back.
+ * With @exact the kernel reads exactly @arg (never a copy in device memory,
+ * where another thread's stale pointer may be DMAing), so that the caller
+ * knows which object it acted on. What comes back through device memory is
+ * exercised but not trusted.
  */
 static bool issue(struct worker *w, int op, int fd, unsigned long cmd, void *arg, size_t len,
-		  long *ret, int *err)
+		  bool exact, long *ret, int *err)
 {
 	int pl = chance(w, 85) ? PL_OK : 1 + rnd(w, NR_PL - 1);
 	struct region *r;
 	__u8 *p = arg;
-	bool out = true, back = false;
+	bool back = false;
 	__u64 off;
 
 	switch (pl) {
@@ -676,6 +685,10 @@ static bool issue(struct worker *w, int op, int fd, unsigned long cmd, void *arg
 		break;
 	case PL_DEVMEM:
 	case PL_ZAPPED:
+		if (exact && pl == PL_DEVMEM) {
+			pl = PL_OK;
+			break;
+		}
 		r = pick_region(w, len, pl == PL_ZAPPED);
 		if (!r) {
 			p = w->zone + Z_GUARD1;
@@ -686,14 +699,12 @@ static bool issue(struct worker *w, int op, int fd, unsigned long cmd, void *arg
 		back = pl == PL_DEVMEM && !guarded_copy(p, arg, len);
 		break;
 	}
-	if (pl != PL_OK)
-		out = back;
 	*ret = ioctl(fd, cmd, p);
 	*err = *ret ? errno : 0;
 	note(w, op, fd, *ret, *err);
-	if (back && guarded_copy(arg, p, len))
-		out = false;
-	return out;
+	if (back)
+		guarded_copy(w->zone + Z_SCRIBBLE, p, len);
+	return pl == PL_OK;
 }
 
 /* --- allocations, regions, registrations -------------------------------------------- */
@@ -1031,7 +1042,7 @@ static void op_version(struct worker *w)
 	long ret;
 
 	memset(&v, chance(w, 50) ? 0 : 0xa5, sizeof(v));
-	if (issue(w, OP_VERSION, fd, P2PDIRECT_IOC_GET_VERSION, &v, sizeof(v), &ret, &err) &&
+	if (issue(w, OP_VERSION, fd, P2PDIRECT_IOC_GET_VERSION, &v, sizeof(v), false, &ret, &err) &&
 	    ret == 0) {
 		expect(w, v.abi_major != P2PDIRECT_ABI_MAJOR, "GET_VERSION: ABI major %u",
 		       v.abi_major);
@@ -1050,7 +1061,7 @@ static void op_list(struct worker *w)
 	memset(&l, 0, sizeof(l));
 	pick_out(w, sizeof(struct p2pdirect_provider_info), &l.entries, &l.capacity);
 	l.count = (__u32)rnd64(w);
-	if (issue(w, OP_LIST, fd, P2PDIRECT_IOC_LIST_PROVIDERS, &l, sizeof(l), &ret, &err) &&
+	if (issue(w, OP_LIST, fd, P2PDIRECT_IOC_LIST_PROVIDERS, &l, sizeof(l), false, &ret, &err) &&
 	    ret == 0 && slot != DS_OTHER)
 		expect(w, l.count != nprov, "LIST_PROVIDERS: count %u, %u at the start", l.count,
 		       nprov);
@@ -1123,7 +1134,7 @@ static void op_alloc(struct worker *w)
 		a.mmap_offset = rnd64(w);
 		a.bus_addr = rnd64(w);
 	}
-	if (!issue(w, OP_ALLOC, fd, P2PDIRECT_IOC_ALLOC, &a, sizeof(a), &ret, &err) || ret ||
+	if (!issue(w, OP_ALLOC, fd, P2PDIRECT_IOC_ALLOC, &a, sizeof(a), true, &ret, &err) || ret ||
 	    slot == DS_OTHER) {
 		put_dev(fd, slot);
 		return;
@@ -1154,6 +1165,7 @@ static void op_alloc(struct worker *w)
 	w->allocs[ix] = (struct dalloc){
 		.used = true, .slot = slot, .gen = w->gen, .reliable = slot == DS_PRIV,
 		.handle = a.handle, .size = a.size, .mmap_offset = a.mmap_offset,
+		.born = w->nops,
 	};
 	if (chance(w, 75) || slot == DS_NEW) {
 		struct region *r = map_alloc(w, fd, ix, slot == DS_SHARED);
@@ -1210,8 +1222,9 @@ static void after_free(struct worker *w, int slot, __u64 handle, long ret, int e
 		} else if (err == ENOENT) {
 			/* Only another thread or a racer's close could have freed it. */
 			expect(w, a->reliable && !a->freed,
-			       "FREE: ENOENT for live allocation %#llx of the thread's own file",
-			       (unsigned long long)handle);
+			       "FREE: ENOENT for live allocation %#llx of the thread's own file (made at its operation %llu, now %llu)",
+			       (unsigned long long)handle, (unsigned long long)a->born,
+			       (unsigned long long)w->nops);
 			a->freed = true;
 			a->reliable = false;
 		} else {
@@ -1243,7 +1256,7 @@ static void op_free(struct worker *w)
 	} else if (r < 90) {
 		f.handle = chance(w, 50) ? rnd(w, 64) : (chance(w, 50) ? 0 : ~0ull);
 	}
-	issue(w, OP_FREE, fd, P2PDIRECT_IOC_FREE, &f, sizeof(f), &ret, &err);
+	issue(w, OP_FREE, fd, P2PDIRECT_IOC_FREE, &f, sizeof(f), true, &ret, &err);
 	if (slot != DS_OTHER && slot != DS_NEW)
 		after_free(w, slot, f.handle, ret, err);
 	put_dev(fd, slot);
@@ -1278,7 +1291,7 @@ static void op_probe(struct worker *w)
 		p.page_size = (__u32)rnd64(w);
 		p.client = (__u32)rnd64(w);
 	}
-	if (issue(w, OP_PROBE, fd, P2PDIRECT_IOC_DMA_PROBE, &p, sizeof(p), &ret, &err) &&
+	if (issue(w, OP_PROBE, fd, P2PDIRECT_IOC_DMA_PROBE, &p, sizeof(p), false, &ret, &err) &&
 	    ret == 0 && slot != DS_OTHER) {
 		expect(w, p.pad != 0, "DMA_PROBE succeeded with pad %#x", p.pad);
 		expect(w, p.flags & ~P2PDIRECT_PROBE_WRITE, "DMA_PROBE succeeded with flags %#x",
@@ -1309,7 +1322,7 @@ static void op_register(struct worker *w)
 		rg.client = (__u32)rnd64(w);
 		rg.id = rnd64(w);
 	}
-	if (!issue(w, OP_REGISTER, fd, P2PDIRECT_IOC_REGISTER, &rg, sizeof(rg), &ret, &err) ||
+	if (!issue(w, OP_REGISTER, fd, P2PDIRECT_IOC_REGISTER, &rg, sizeof(rg), true, &ret, &err) ||
 	    ret || slot == DS_OTHER) {
 		put_dev(fd, slot);
 		return;
@@ -1360,8 +1373,8 @@ static void op_reg_id(struct worker *w, bool dereg)
 	q.pad = pick_pad(w);
 	q.state = chance(w, 30) ? (__u32)rnd64(w) : 0;
 	if (issue(w, dereg ? OP_DEREGISTER : OP_REG_QUERY, fd,
-		  dereg ? P2PDIRECT_IOC_DEREGISTER : P2PDIRECT_IOC_REG_QUERY, &q, sizeof(q), &ret,
-		  &err) && ret == 0 && slot != DS_OTHER) {
+		  dereg ? P2PDIRECT_IOC_DEREGISTER : P2PDIRECT_IOC_REG_QUERY, &q, sizeof(q), dereg,
+		  &ret, &err) && ret == 0 && slot != DS_OTHER) {
 		expect(w, q.pad != 0, "%s succeeded with pad %#x", dereg ? "DEREGISTER" : "REG_QUERY",
 		       q.pad);
 		expect(w, q.state != P2PDIRECT_REG_LIVE && q.state != P2PDIRECT_REG_DEAD,
@@ -1474,7 +1487,7 @@ static void op_io(struct worker *w, bool write)
 		abort();
 	}
 	if (issue(w, write ? OP_WRITE : OP_READ, fd, write ? P2PDIRECT_IOC_WRITE :
-		  P2PDIRECT_IOC_READ, &io, sizeof(io), &ret, &err) && ret == 0 &&
+		  P2PDIRECT_IOC_READ, &io, sizeof(io), false, &ret, &err) && ret == 0 &&
 	    slot != DS_OTHER) {
 		const char *what = write ? "WRITE" : "READ";
 
@@ -1484,9 +1497,11 @@ static void op_io(struct worker *w, bool write)
 		expect(w, io.size == 0, "%s succeeded with size 0", what);
 		expect(w, fk_io_must_fail(fk, write),
 		       "%s succeeded on fd kind %d (must fail)", what, fk);
-		expect(w, pk_never_device(pk) && io.buf_offset < avail,
-		       "%s succeeded on %#llx + %#llx, which is no device memory", what,
-		       (unsigned long long)io.addr, (unsigned long long)io.buf_offset);
+		/* 0 bytes (a READ at the end) may succeed without looking at memory, as pread. */
+		expect(w, pk_never_device(pk) && io.buf_offset < avail && io.bytes,
+		       "%s moved %llu bytes with %#llx + %#llx, which is no device memory", what,
+		       (unsigned long long)io.bytes, (unsigned long long)io.addr,
+		       (unsigned long long)io.buf_offset);
 		expect(w, io.bytes > io.size ||
 		       io.p2p_bytes + io.bounce_bytes + io.zeroed_bytes > io.bytes,
 		       "%s: bytes %llu (p2p %llu, bounce %llu, zeroed %llu) for size %llu", what,
@@ -1508,7 +1523,7 @@ static void op_stats(struct worker *w)
 	s.flags = pick_flags(w, P2PDIRECT_STATS_RESET);
 	s.pad = pick_pad(w);
 	s.count = chance(w, 30) ? (__u32)rnd64(w) : 0;
-	if (issue(w, OP_STATS, fd, P2PDIRECT_IOC_STATS, &s, sizeof(s), &ret, &err) && ret == 0 &&
+	if (issue(w, OP_STATS, fd, P2PDIRECT_IOC_STATS, &s, sizeof(s), false, &ret, &err) && ret == 0 &&
 	    slot != DS_OTHER) {
 		expect(w, s.pad != 0, "STATS succeeded with pad %#x", s.pad);
 		expect(w, s.flags & ~P2PDIRECT_STATS_RESET, "STATS succeeded with flags %#x",
@@ -1685,6 +1700,7 @@ static void op_munmap(struct worker *w)
 		shared_drop(w, r);
 		r->addr += a * PAGE;
 		r->len -= a * PAGE;
+		r->hist |= H_SPLIT;
 		return;
 	case 4:		/* tail */
 		if (pages < 2)
@@ -1692,8 +1708,10 @@ static void op_munmap(struct worker *w)
 		a = 1 + rnd(w, pages - 1);
 		ret = munmap(r->addr + a * PAGE, r->len - a * PAGE);
 		note(w, OP_MUNMAP, -1, ret, ret ? errno : 0);
-		if (!ret)
+		if (!ret) {
 			r->len = a * PAGE;
+			r->hist |= H_SHRUNK;
+		}
 		return;
 	default:	/* a hole in the middle: two regions */
 		r2 = new_region(w);
@@ -1713,7 +1731,9 @@ static void op_munmap(struct worker *w)
 		r2->addr = r->addr + b * PAGE;
 		r2->len = r->len - b * PAGE;
 		r2->shared_ix = -1;
+		r2->hist |= H_SPLIT;
 		r->len = a * PAGE;
+		r->hist |= H_SHRUNK;
 		return;
 	}
 }
@@ -1729,14 +1749,18 @@ static void op_madvise(struct worker *w)
 	struct region *r = any_region(w);
 	__u64 pages, a, n;
 	long ret;
+	int adv;
 
 	if (!r)
 		return;
 	pages = r->len / PAGE;
 	a = chance(w, 50) ? 0 : rnd(w, pages);
 	n = chance(w, 50) ? pages - a : 1 + rnd(w, pages - a);
-	ret = madvise(r->addr + a * PAGE, n * PAGE, advice[rnd(w, ARRAY_SIZE(advice))]);
+	adv = advice[rnd(w, ARRAY_SIZE(advice))];
+	ret = madvise(r->addr + a * PAGE, n * PAGE, adv);
 	note(w, OP_MADVISE, -1, ret, ret ? errno : 0);
+	if (!ret)
+		r->hist |= adv == MADV_DONTNEED ? H_DONTNEED : H_MADV;
 }
 
 static void op_mprotect(struct worker *w)
@@ -1755,6 +1779,7 @@ static void op_mprotect(struct worker *w)
 		return;
 	expect(w, prot & PROT_EXEC, "mprotect(PROT_EXEC) of device memory succeeded");
 	r->prot = prot;
+	r->hist |= H_MPROTECT;
 }
 
 static void op_mremap(struct worker *w)
@@ -1792,6 +1817,10 @@ static void op_mremap(struct worker *w)
 		r->alloc = -1;
 		alloc_maybe_forget(w, ix);
 	}
+	if (m != r->addr)
+		r->hist |= H_MOVED;
+	if (nlen < r->len)
+		r->hist |= H_SHRUNK;
 	r->addr = m;
 	r->len = nlen;
 }
@@ -1823,9 +1852,14 @@ static void op_touch(struct worker *w)
 		expect(w, sig != SIGBUS, "%s of a freed allocation's mapping: %s, not SIGBUS",
 		       write ? "write" : "read", signame(sig));
 	else if (sig)
-		fail(w, F_CPU, "%s at +%#llx of a live allocation's mapping (%#llx bytes): %s",
+		fail(w, F_CPU,
+		     "%s at +%#llx of a live allocation's mapping (%#llx bytes; before:%s%s%s%s%s%s%s): %s",
 		     write ? "write" : "read", (unsigned long long)off,
-		     (unsigned long long)r->len, signame(sig));
+		     (unsigned long long)r->len, r->hist & H_DONTNEED ? " MADV_DONTNEED" : "",
+		     r->hist & H_MADV ? " other madvise" : "", r->hist & H_SPLIT ? " split" : "",
+		     r->hist & H_SHRUNK ? " shrunk" : "", r->hist & H_MPROTECT ? " mprotect" : "",
+		     r->hist & H_MOVED ? " moved" : "", r->hist ? "" : " nothing",
+		     signame(sig));
 }
 
 /* Closes and reopens the thread's own device file; its mappings keep the old file alive. */
@@ -2035,6 +2069,7 @@ static void run_ops(struct worker *w, __u64 max_ops)
 			__atomic_store_n(&sh->cur[w->id].since, now_ns(), __ATOMIC_RELAXED);
 		}
 		wops[k].fn(w);
+		w->nops++;
 		add(&sh->ops, 1);
 	}
 }

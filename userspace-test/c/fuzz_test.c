@@ -192,6 +192,7 @@ enum { CPU_OK, CPU_SIGBUS, CPU_SIGSEGV, NR_CPU };
 struct shared {
 	int stop;
 	int reporting;		/* 1: main reports, 2: the watchdog does */
+	int phase;		/* what the main thread is doing: enum phase */
 	int msgs;
 	__u64 calls[NR_OPS];
 	__u64 res[NR_OPS][NR_SLOTS];
@@ -206,6 +207,18 @@ struct shared {
 };
 
 static struct shared *sh;
+
+enum phase { PH_FUZZ, PH_JOIN, PH_CLOSE, PH_USED, PH_RESTORE, NR_PH };
+
+static const char *const phase_name[NR_PH] = {
+	"waiting for the deadline", "joining the threads (which unmap and close their files)",
+	"closing the shared files", "checking that no memory is in use",
+	"restoring the GPUs' memory",
+};
+
+/* sh->cur[].op beyond the operations: */
+#define CUR_CLEANUP -2		/* unmapping, reaping children, closing its file */
+#define CUR_DONE -1
 
 static const int allowed_errno[] = {
 	EINVAL, EFAULT, ENOTTY, EBADF, ENOENT, ENOMEM, ENOSPC, ENODEV, ENXIO, EPERM, EACCES,
@@ -324,7 +337,7 @@ static __u64 splitmix(__u64 *s)
 
 /* --- per-thread state ------------------------------------------------------------ */
 
-enum dev_slot { DS_PRIV, DS_SHARED, DS_RACE, DS_NEW, DS_OTHER, NR_DS };
+enum dev_slot { DS_PRIV, DS_SHARED, DS_RACE, DS_NEW, DS_RDONLY, DS_OTHER, NR_DS };
 
 struct dalloc {			/* an allocation this thread made */
 	bool used;
@@ -371,6 +384,7 @@ struct worker {
 	bool kid_kill[MAX_KIDS];
 	__u64 kid_born[MAX_KIDS], next_fork;
 	__u64 nops;		/* operations so far */
+	int last_pl;		/* where issue() put the last argument */
 };
 
 static __u64 rnd(struct worker *w, __u64 n)
@@ -392,6 +406,7 @@ static bool chance(struct worker *w, int percent)
 
 static struct p2pdirect_provider_info prov[MAX_PROV];
 static __u32 nprov;
+static __u32 abi_minor;		/* of the running module: stricter rules since 6 */
 static int shared_dev;		/* one /dev/p2pdirect file all threads use */
 static int second_dev;		/* another open of /dev/p2pdirect, used as a wrong fd */
 
@@ -400,7 +415,8 @@ enum fd_kind {
 	FK_NS2_RO, FK_NS3_RO,
 	FK_EXT4_RW, FK_XFS_RW, FK_EXT4_RO, FK_XFS_RO, FK_EXT4_WO, FK_XFS_APPEND, FK_EXT4_BUF,
 	FK_TMPFS, FK_PROC, FK_DEVNULL, FK_PIPE_R, FK_PIPE_W, FK_SOCK, FK_DIR, FK_MEMFD,
-	FK_EPOLL, FK_EVENTFD, FK_DEV_SHARED, FK_DEV_SECOND, FK_DEV_RACE, FK_CLOSED, FK_BAD,
+	FK_EPOLL, FK_EVENTFD, FK_DEV_SHARED, FK_DEV_SECOND, FK_DEV_RDONLY, FK_DEV_RACE, FK_CLOSED,
+	FK_BAD,
 	NR_FK
 };
 
@@ -615,6 +631,10 @@ static int pick_dev(struct worker *w, int *slot)
 		*slot = DS_NEW;
 		return open(DEV_PATH, O_RDWR | O_CLOEXEC);
 	}
+	if (r < 94) {
+		*slot = DS_RDONLY;
+		return zoo[FK_DEV_RDONLY];
+	}
 	*slot = DS_OTHER;
 	return fd_of_kind(w, FK_NS1_RW + rnd(w, NR_FK));
 }
@@ -702,6 +722,15 @@ static bool issue(struct worker *w, int op, int fd, unsigned long cmd, void *arg
 	*ret = ioctl(fd, cmd, p);
 	*err = *ret ? errno : 0;
 	note(w, op, fd, *ret, *err);
+	w->last_pl = pl;
+	/* Since ABI 1.6 the argument is read and written back before anything happens. */
+	expect(w, abi_minor >= 6 && *ret == 0 && pl != PL_OK && pl != PL_DEVMEM,
+	       "%s succeeded with its argument at %p (placement %d), not read-write memory",
+	       op_name[op], p, pl);
+	/* Since ABI 1.6 a read-only open may only read (GET_VERSION, LIST_PROVIDERS, STATS). */
+	expect(w, abi_minor >= 6 && *ret == 0 && fd == zoo[FK_DEV_RDONLY] && op != OP_VERSION &&
+	       op != OP_LIST && op != OP_STATS,
+	       "%s succeeded on /dev/p2pdirect opened O_RDONLY", op_name[op]);
 	if (back)
 		guarded_copy(w->zone + Z_SCRIBBLE, p, len);
 	return pl == PL_OK;
@@ -1227,6 +1256,8 @@ static void after_free(struct worker *w, int slot, __u64 handle, long ret, int e
 			       (unsigned long long)w->nops);
 			a->freed = true;
 			a->reliable = false;
+		} else if (abi_minor >= 6 && err == EFAULT) {
+			/* The argument is checked before FREE acts: nothing happened. */
 		} else {
 			/* EFAULT, EBUSY, ...: maybe freed, maybe not; no oracle on it now. */
 			a->reliable = false;
@@ -1257,6 +1288,7 @@ static void op_free(struct worker *w)
 		f.handle = chance(w, 50) ? rnd(w, 64) : (chance(w, 50) ? 0 : ~0ull);
 	}
 	issue(w, OP_FREE, fd, P2PDIRECT_IOC_FREE, &f, sizeof(f), true, &ret, &err);
+	expect(w, abi_minor >= 6 && ret && err == EBUSY, "FREE returned EBUSY (never waits since ABI 1.6)");
 	if (slot != DS_OTHER && slot != DS_NEW)
 		after_free(w, slot, f.handle, ret, err);
 	put_dev(fd, slot);
@@ -1299,6 +1331,10 @@ static void op_probe(struct worker *w)
 		expect(w, p.size == 0, "DMA_PROBE succeeded with size 0");
 		expect(w, pk_never_device(pk), "DMA_PROBE succeeded on %#llx, which is no device memory",
 		       (unsigned long long)p.addr);
+		expect(w, abi_minor >= 6 && pk == PK_DEV && p.size > avail,
+		       "DMA_PROBE succeeded on %#llx + %#llx, past the end of its mapping (%#llx left)",
+		       (unsigned long long)p.addr, (unsigned long long)p.size,
+		       (unsigned long long)avail);
 		expect(w, p.client != P2PDIRECT_CLIENT_DEVMEM &&
 		       p.client != P2PDIRECT_CLIENT_P2PDMA_USER, "DMA_PROBE: client %u", p.client);
 		expect(w, p.page_size < PAGE || !pow2(p.page_size), "DMA_PROBE: page size %u",
@@ -1331,6 +1367,10 @@ static void op_register(struct worker *w)
 	expect(w, rg.size == 0, "REGISTER succeeded with size 0");
 	expect(w, pk_never_device(pk), "REGISTER succeeded on %#llx, which is no device memory",
 	       (unsigned long long)rg.addr);
+	expect(w, abi_minor >= 6 && pk == PK_DEV && rg.size > avail,
+	       "REGISTER succeeded on %#llx + %#llx, past the end of its mapping (%#llx left)",
+	       (unsigned long long)rg.addr, (unsigned long long)rg.size,
+	       (unsigned long long)avail);
 	expect(w, rg.client != P2PDIRECT_CLIENT_DEVMEM &&
 	       rg.client != P2PDIRECT_CLIENT_P2PDMA_USER, "REGISTER: client %u", rg.client);
 	for (int i = 0; i < MAX_REGS && slot != DS_NEW; i++) {
@@ -1498,6 +1538,12 @@ static void op_io(struct worker *w, bool write)
 		expect(w, fk_io_must_fail(fk, write),
 		       "%s succeeded on fd kind %d (must fail)", what, fk);
 		/* 0 bytes (a READ at the end) may succeed without looking at memory, as pread. */
+		expect(w, pk == PK_DEV && io.bytes && (io.buf_offset >= avail ||
+						       io.size > avail - io.buf_offset),
+		       "%s moved %llu bytes with %#llx + %#llx + %#llx, past the end of its mapping (%#llx left)",
+		       what, (unsigned long long)io.bytes, (unsigned long long)io.addr,
+		       (unsigned long long)io.buf_offset, (unsigned long long)io.size,
+		       (unsigned long long)avail);
 		expect(w, pk_never_device(pk) && io.buf_offset < avail && io.bytes,
 		       "%s moved %llu bytes with %#llx + %#llx, which is no device memory", what,
 		       (unsigned long long)io.bytes, (unsigned long long)io.addr,
@@ -1528,6 +1574,8 @@ static void op_stats(struct worker *w)
 		expect(w, s.pad != 0, "STATS succeeded with pad %#x", s.pad);
 		expect(w, s.flags & ~P2PDIRECT_STATS_RESET, "STATS succeeded with flags %#x",
 		       s.flags);
+		expect(w, abi_minor >= 6 && slot == DS_RDONLY && (s.flags & P2PDIRECT_STATS_RESET),
+		       "STATS with RESET succeeded on /dev/p2pdirect opened O_RDONLY");
 	}
 	put_dev(fd, slot);
 }
@@ -2079,13 +2127,15 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 
 	run_ops(w, ~0ull);
-	__atomic_store_n(&sh->cur[w->id].op, -1, __ATOMIC_RELAXED);
+	__atomic_store_n(&sh->cur[w->id].since, now_ns(), __ATOMIC_RELAXED);
+	__atomic_store_n(&sh->cur[w->id].op, CUR_CLEANUP, __ATOMIC_RELAXED);
 	for (int i = 0; i < MAX_REGIONS; i++)
 		if (w->regions[i].used)
 			region_unmap_all(w, &w->regions[i]);
 	reap(w, true);
 	close(w->priv);
 	munmap(w->zone, ZONE_LEN);
+	__atomic_store_n(&sh->cur[w->id].op, CUR_DONE, __ATOMIC_RELAXED);
 	return NULL;
 }
 
@@ -2174,12 +2224,15 @@ static void *watchdog_main(void *arg)
 		return NULL;
 	say("# watchdog: the run did not end within %d s (--seconds %d + %d)", opt_seconds + GRACE_S,
 	    opt_seconds, GRACE_S);
+	say("#   main thread: %s", phase_name[__atomic_load_n(&sh->phase, __ATOMIC_RELAXED)]);
 	for (int i = 0; i < opt_threads; i++) {
 		int op = __atomic_load_n(&sh->cur[i].op, __ATOMIC_RELAXED);
+		double secs = (now_ns() - sh->cur[i].since) / 1e9;
 
 		if (op >= 0)
-			say("#   thread %d: in %s for %.1f s", i, wops[op].name,
-			    (now_ns() - sh->cur[i].since) / 1e9);
+			say("#   thread %d: in %s for %.1f s", i, wops[op].name, secs);
+		else if (op == CUR_CLEANUP)
+			say("#   thread %d: unmapping, reaping, closing for %.1f s", i, secs);
 		else
 			say("#   thread %d: done", i);
 	}
@@ -2304,6 +2357,7 @@ static int open_ns(unsigned long nsid, const char *serial, int flags)
 static bool setup(void)
 {
 	struct p2pdirect_list_providers l = { .capacity = MAX_PROV };
+	struct p2pdirect_version v;
 	int pipefd[2], sv[2], fd;
 	char ns[64], pci[PATH_MAX], path[PATH_MAX + 32];
 
@@ -2315,6 +2369,9 @@ static bool setup(void)
 	if (ioctl(shared_dev, P2PDIRECT_IOC_LIST_PROVIDERS, &l))
 		return setup_failed("LIST_PROVIDERS");
 	nprov = l.count < MAX_PROV ? l.count : MAX_PROV;
+	if (ioctl(shared_dev, P2PDIRECT_IOC_GET_VERSION, &v))
+		return setup_failed("GET_VERSION");
+	abi_minor = v.abi_minor;
 	if (!nprov) {
 		errno = ENODEV;
 		return setup_failed("no providers");
@@ -2374,8 +2431,9 @@ static bool setup(void)
 	zoo[FK_EVENTFD] = eventfd(0, EFD_CLOEXEC);
 	zoo[FK_DEV_SHARED] = shared_dev;
 	zoo[FK_DEV_SECOND] = second_dev;
+	zoo[FK_DEV_RDONLY] = open(DEV_PATH, O_RDONLY | O_CLOEXEC);
 	zoo[FK_CLOSED] = CLOSED_FD;
-	for (int fk = FK_EXT4_RO; fk <= FK_DEV_SECOND; fk++)
+	for (int fk = FK_EXT4_RO; fk <= FK_DEV_RDONLY; fk++)
 		if (zoo[fk] < 0)
 			return setup_failed("opening the fds of other kinds");
 	if (dup2(zoo[FK_DEVNULL], CLOSED_FD) != CLOSED_FD || close(CLOSED_FD))
@@ -2469,7 +2527,7 @@ int main(int argc, char **argv)
 {
 	struct sigaction sa;
 	pthread_t wd, racer;
-	__u64 used, pinned, bad, t;
+	__u64 used, pinned, bad, t, t_end;
 	struct timespec ts;
 	int n = 0, fails = 0;
 	bool ok_setup;
@@ -2547,22 +2605,28 @@ int main(int argc, char **argv)
 	while (now_ns() < t_deadline)
 		sleep_ns(100000000ull);
 	__atomic_store_n(&sh->stop, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&sh->phase, PH_JOIN, __ATOMIC_RELAXED);
 	for (int i = 0; i < opt_threads; i++)
 		pthread_join(workers[i].thread, NULL);
 	pthread_join(racer, NULL);
-	close(workers[opt_threads].priv);
 	t = now_ns();
+	__atomic_store_n(&sh->phase, PH_CLOSE, __ATOMIC_RELAXED);
+	close(workers[opt_threads].priv);
 	teardown();
+	__atomic_store_n(&sh->phase, PH_USED, __ATOMIC_RELAXED);
 	used = used_after_close(&pinned);
+	__atomic_store_n(&sh->phase, PH_RESTORE, __ATOMIC_RELAXED);
 	bad = restore_gpus();
+	t_end = now_ns();
 	if (!claim_report(1)) {
 		/* The watchdog is reporting. */
 		pause();
 	}
 	pthread_join(wd, NULL);
 
-	say("# ran %.1f s, %d threads; stopped %.1f s after the deadline",
-	    (t - t_start) / 1e9, opt_threads, ((__s64)(t - t_deadline)) / 1e9);
+	say("# ran %.1f s, %d threads; threads joined %.1f s after the deadline, all closed and checked after %.1f s more",
+	    (t - t_start) / 1e9, opt_threads, ((__s64)(t - t_deadline)) / 1e9,
+	    (t_end - t) / 1e9);
 	print_counts();
 	fails += !!sh->fails[F_ERRNO];
 	say("%s %d - every ioctl returned 0 or -1 with an allowed errno (%llu failures)",
@@ -2580,9 +2644,9 @@ int main(int argc, char **argv)
 	fails += !!sh->fails[F_KIDS];
 	say("%s %d - fork children (%llu) exited normally or by the fuzzer's SIGKILL",
 	    sh->fails[F_KIDS] ? "not ok" : "ok", ++n, (unsigned long long)sh->kids_started);
-	fails += t - t_deadline > GRACE_S * 1000000000ull;
+	fails += t_end - t_deadline > GRACE_S * 1000000000ull;
 	say("%s %d - the run ended by itself within --seconds + %d s",
-	    t - t_deadline > GRACE_S * 1000000000ull ? "not ok" : "ok", ++n, GRACE_S);
+	    t_end - t_deadline > GRACE_S * 1000000000ull ? "not ok" : "ok", ++n, GRACE_S);
 	fails += used != 0;
 	say("%s %d - after the last close no device memory is in use (bytes_used %llu)",
 	    used ? "not ok" : "ok", ++n, (unsigned long long)used);

@@ -344,7 +344,8 @@ struct dalloc {			/* an allocation this thread made */
 	int slot;		/* enum dev_slot of the file it was made on */
 	int gen;		/* DS_PRIV: generation of the thread's private file */
 	bool reliable;		/* only this thread can have freed it: oracles apply */
-	bool freed;		/* FREE succeeded */
+	bool freed;		/* FREE succeeded: its mappings are certainly zapped */
+	bool gone;		/* no longer FREE-able through its file slot */
 	__u64 handle, size, mmap_offset;
 	__u64 born;		/* the thread's operation count at ALLOC */
 };
@@ -385,6 +386,7 @@ struct worker {
 	__u64 kid_born[MAX_KIDS], next_fork;
 	__u64 nops;		/* operations so far */
 	int last_pl;		/* where issue() put the last argument */
+	struct region *last_region;	/* the mapping it went into, if one */
 };
 
 static __u64 rnd(struct worker *w, __u64 n)
@@ -678,6 +680,7 @@ static bool issue(struct worker *w, int op, int fd, unsigned long cmd, void *arg
 	bool back = false;
 	__u64 off;
 
+	w->last_region = NULL;
 	switch (pl) {
 	case PL_NULL:
 		p = NULL;
@@ -705,7 +708,7 @@ static bool issue(struct worker *w, int op, int fd, unsigned long cmd, void *arg
 		break;
 	case PL_DEVMEM:
 	case PL_ZAPPED:
-		if (exact && pl == PL_DEVMEM) {
+		if (exact) {
 			pl = PL_OK;
 			break;
 		}
@@ -716,6 +719,7 @@ static bool issue(struct worker *w, int op, int fd, unsigned long cmd, void *arg
 		}
 		off = rnd(w, (r->len - len) / 8 + 1) * 8;
 		p = r->addr + off;
+		w->last_region = r;
 		back = pl == PL_DEVMEM && !guarded_copy(p, arg, len);
 		break;
 	}
@@ -725,8 +729,9 @@ static bool issue(struct worker *w, int op, int fd, unsigned long cmd, void *arg
 	w->last_pl = pl;
 	/* Since ABI 1.6 the argument is read and written back before anything happens. */
 	expect(w, abi_minor >= 6 && *ret == 0 && pl != PL_OK && pl != PL_DEVMEM,
-	       "%s succeeded with its argument at %p (placement %d), not read-write memory",
-	       op_name[op], p, pl);
+	       "%s succeeded with its argument at %p (placement %d%s), not read-write memory",
+	       op_name[op], p, pl, pl == PL_ZAPPED && w->last_region ?
+	       ", a mapping of an allocation the thread freed" : "");
 	/* Since ABI 1.6 a read-only open may only read (GET_VERSION, LIST_PROVIDERS, STATS). */
 	expect(w, abi_minor >= 6 && *ret == 0 && fd == zoo[FK_DEV_RDONLY] && op != OP_VERSION &&
 	       op != OP_LIST && op != OP_STATS,
@@ -753,7 +758,7 @@ static struct dalloc *pick_alloc(struct worker *w, int slot)
 	for (int k = 0; k < MAX_ALLOCS; k++) {
 		struct dalloc *a = &w->allocs[(start + k) % MAX_ALLOCS];
 
-		if (a->used && a->slot == slot && (slot != DS_PRIV || a->gen == w->gen))
+		if (a->used && !a->gone && a->slot == slot && (slot != DS_PRIV || a->gen == w->gen))
 			return a;
 	}
 	return NULL;
@@ -837,7 +842,7 @@ static void alloc_maybe_forget(struct worker *w, int ix)
 	for (int i = 0; i < MAX_REGIONS; i++)
 		if (w->regions[i].used && w->regions[i].alloc == ix)
 			return;
-	if (a->freed || a->slot == DS_NEW || (a->slot == DS_PRIV && a->gen != w->gen))
+	if (a->freed || a->gone || a->slot == DS_NEW || (a->slot == DS_PRIV && a->gen != w->gen))
 		a->used = false;
 }
 
@@ -1246,7 +1251,16 @@ static void after_free(struct worker *w, int slot, __u64 handle, long ret, int e
 		if (!a->used || a->slot != slot || a->handle != handle ||
 		    (slot == DS_PRIV && a->gen != w->gen))
 			continue;
-		if (ret == 0) {
+		if (slot == DS_RACE) {
+			/*
+			 * The racer may have put another file behind the fd, whose
+			 * handles are its own (recycled per file since ABI 1.6): the
+			 * FREE says nothing about this allocation, whose own file
+			 * may be gone from the fd.
+			 */
+			if (ret == 0 || err == ENOENT)
+				a->gone = true;
+		} else if (ret == 0) {
 			a->freed = true;
 		} else if (err == ENOENT) {
 			/* Only another thread or a racer's close could have freed it. */

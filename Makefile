@@ -18,6 +18,11 @@ check:
 bench:
 	@ci/bench.sh
 
+# The ioctl fuzzer alone in the VM, for FUZZ_SECONDS (default 600), with
+# FUZZ_SEED (default: a new one, printed) and FUZZ_THREADS (default 4).
+fuzz:
+	@ci/fuzz.sh
+
 deps:
 	@ci/install-deps.sh
 
@@ -36,4 +41,4 @@ clean:
 	$(MAKE) -C userspace-test/c clean KSRC=/nonexistent
 	cd userspace-test/rust && cargo clean
 
-.PHONY: all module demo check bench deps kernel lint clean
+.PHONY: all module demo check bench fuzz deps kernel lint clean

@@ -25,6 +25,8 @@ echo "# run dir: ${run:-none}; total wall time $(($(date +%s) - start)) s"
 "$here/tap-summary.py" "$res/host.tap" "$res/vm.tap" "$res/guest.tap"
 rc=$?
 if [ "$rc" -ne 0 ] && [ -n "${run:-}" ] && [ -f "$run/console.log" ]; then
+	seed=$(sed -n 's/^# fuzz seed \([0-9]*\).*/\1/p' "$res/guest.tap" | head -n 1)
+	[ -z "$seed" ] || echo "# the fuzzer ran with seed $seed; replay: FUZZ_SEED=$seed make check, or FUZZ_SEED=$seed FUZZ_SECONDS=75 make fuzz"
 	echo "# last lines of the guest console ($run/console.log):"
 	tail -n 30 "$run/console.log" | tr -d '\r' | sed 's/^/#   /'
 	"$here/tap-summary.py" "$res/host.tap" "$res/vm.tap" "$res/guest.tap" | tail -n 1

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # Boots the test VM and runs the guest side of p2pdirect: `vm.sh check` runs
-# the tests (TAP to $RUN/tap.log), `vm.sh demo` the demo. Builds whatever is
-# missing first. Prints the run directory on stdout.
+# the tests (TAP to $RUN/tap.log), `vm.sh demo` the demo, `vm.sh bench` the
+# benchmark, `vm.sh fuzz` the ioctl fuzzer. FUZZ_SEED, FUZZ_SECONDS and
+# FUZZ_THREADS, when set, go to the fuzzer (check and fuzz) through the kernel
+# command line. Builds whatever is missing first. Prints the run directory on
+# stdout.
 #
 # Topology (q35, TCG unless a KVM probe boot works):
 #   pcie.0 - rp0 - switch upstream - dn0 (dev 0): NVMe "p2pnvme-sw" (CMB 16 MiB)
@@ -23,7 +26,15 @@ repo=$(dirname "$here")
 trap 'log "vm.sh: line $LINENO failed: $BASH_COMMAND"' ERR
 
 mode=${1:-check}
-timeout_s=${P2PDIRECT_VM_TIMEOUT:-900}
+# A longer fuzzer run needs a longer limit.
+timeout_s=${P2PDIRECT_VM_TIMEOUT:-$((900 + ${FUZZ_SECONDS:-0}))}
+append="console=ttyS0 loglevel=7 panic=-1 oops=panic p2p_mode=$mode${P2PDIRECT_ONLY:+ p2p_only=$P2PDIRECT_ONLY}"
+for v in FUZZ_SEED FUZZ_SECONDS FUZZ_THREADS; do
+	val=${!v:-}
+	[ -n "$val" ] || continue
+	[[ "$val" =~ ^[0-9]+$ ]] || die "$v=$val: not a number"
+	append+=" p2p_$(echo "$v" | tr 'A-Z' 'a-z')=$val"
+done
 
 "$here/install-deps.sh"
 kdir=$("$here/build-kernel.sh")
@@ -122,7 +133,7 @@ esac
 qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
 	-nodefaults -display none -vga none -no-reboot
 	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$run/initramfs.cpio"
-	-append "console=ttyS0 loglevel=7 panic=-1 oops=panic p2p_mode=$mode${P2PDIRECT_ONLY:+ p2p_only=$P2PDIRECT_ONLY}"
+	-append "$append"
 	-serial "file:$run/console.log" -serial "file:$run/tap.log"
 	-device pcie-root-port,id=rp0,bus=pcie.0,chassis=1
 	-device x3130-upstream,id=up0,bus=rp0

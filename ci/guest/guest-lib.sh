@@ -212,6 +212,38 @@ p2pd_suite() {
 	say "# suite-exit: p2pd $fails"
 }
 
+# The ioctl fuzzer (userspace-test/c/fuzz_test.c) for $1 seconds; the kernel
+# command line may fix its seed, duration and threads (p2p_fuzz_seed,
+# p2p_fuzz_seconds, p2p_fuzz_threads: FUZZ_SEED, FUZZ_SECONDS, FUZZ_THREADS
+# on the host). It prints its seed first, for a replay.
+fuzz_suite() {
+	run_suite c-fuzz /tests/fuzz_test --seconds "${p2p_fuzz_seconds:-$1}" \
+		--threads "${p2p_fuzz_threads:-4}" ${p2p_fuzz_seed:+--seed "$p2p_fuzz_seed"}
+}
+
+# Unmount, then (teardown_suites cmb-unbind) harden_test's unbind of the
+# CMB's driver under a live allocation, which needs that controller's
+# namespaces unmounted; then unload the module and scan kmemleak.
+teardown_suites() {
+	say "# suite: guest-teardown"
+	n=0
+	fails=0
+	check "umount /mnt/ext4" umount /mnt/ext4
+	check "umount /mnt/xfs" umount /mnt/xfs
+	say "1..$n"
+	say "# suite-exit: guest-teardown $fails"
+	[ "$1" != cmb-unbind ] ||
+		run_suite c-harden-unbind /tests/harden_test -t cmb_unbind_revokes_allocations
+	say "# suite: guest-unload"
+	n=0
+	fails=0
+	check "rmmod p2pdirect" rmmod p2pdirect
+	check "module and /dev/p2pdirect gone" module_gone
+	check "kmemleak reports nothing" kmemleak_clean
+	say "1..$n"
+	say "# suite-exit: guest-unload $fails"
+}
+
 run_checks() {
 	say "# suite: guest"
 	describe_pci | sed 's/^/# /' >"$out"
@@ -255,24 +287,33 @@ run_checks() {
 	say "1..$n"
 	say "# suite-exit: guest-probe $fails"
 
-	say "# suite: guest-teardown"
-	n=0
-	fails=0
-	check "umount /mnt/ext4" umount /mnt/ext4
-	check "umount /mnt/xfs" umount /mnt/xfs
+	# Last before the teardown: it must not disturb what the other suites
+	# left for the host checks (see the top of fuzz_test.c for how it keeps
+	# out of their way).
+	fuzz_suite 75
+	teardown_suites cmb-unbind
+}
+
+# `make fuzz`: the module loaded and the file systems mounted as for the
+# checks, the fuzzer for p2p_fuzz_seconds (600 by default), then unmount,
+# unload and the kmemleak scan.
+run_fuzz() {
+	say "# suite: guest"
+	check "kernel is 7.2.x ($(uname -r))" kernel_72
+	for opt in RUST PCI_P2PDMA KASAN PROVE_LOCKING DEBUG_KMEMLEAK DEBUG_ATOMIC_SLEEP; do
+		check "kernel has CONFIG_$opt" config_has $opt
+	done
+	check "NVMe namespaces: nsid 1-3 on p2pnvme-sw, 4 on p2pnvme-rp" namespace_layout
+	check "mount nsid 2 (ext4, nodelalloc) at /mnt/ext4, data.bin 8 MiB" mount_ns 2 ext4 /mnt/ext4 nodelalloc
+	check "mount nsid 3 (xfs) at /mnt/xfs, data.bin 8 MiB" mount_ns 3 xfs /mnt/xfs
+	echo clear >/sys/kernel/debug/kmemleak
+	check "insmod p2pdirect.ko max_pinned_mib=96" insmod /p2pdirect.ko max_pinned_mib=96
+	check "/dev/p2pdirect is a root-only char device" devnode_root_only
 	say "1..$n"
-	say "# suite-exit: guest-teardown $fails"
-	# The CMB's driver unbinds under a live allocation: needs the
-	# namespaces of that controller unmounted.
-	run_suite c-harden-unbind /tests/harden_test -t cmb_unbind_revokes_allocations
-	say "# suite: guest-unload"
-	n=0
-	fails=0
-	check "rmmod p2pdirect" rmmod p2pdirect
-	check "module and /dev/p2pdirect gone" module_gone
-	check "kmemleak reports nothing" kmemleak_clean
-	say "1..$n"
-	say "# suite-exit: guest-unload $fails"
+	say "# suite-exit: guest $fails"
+
+	fuzz_suite 600
+	teardown_suites
 }
 
 # The main job: NVMe -> emulated GPU memory -> NVMe with p2pdirect, checked

@@ -8,8 +8,8 @@
 //! allocation as a peer-memory [`Consumer`]; when the memory goes away it
 //! drops its pins and reports itself dead from then on, whichever file made it.
 //!
-//! Lock order: `OpenFile::regs` -> subscriber list (peer_mem) -> `RegEntry::claim`
-//! -> statistics (a leaf: `Pinned` takes it when a claim goes).
+//! Lock order: see `error.rs` (`OpenFile::regs` -> mmap lock -> an
+//! allocation's lock -> `RegEntry::claim` -> statistics).
 
 use crate::{
     devmem::AllocState,

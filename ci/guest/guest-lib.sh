@@ -244,6 +244,19 @@ teardown_suites() {
 	say "# suite-exit: guest-unload $fails"
 }
 
+# The file systems mounted and the module loaded, as checks of the suite
+# "guest", for `make check` and `make fuzz` alike.
+mount_and_load() {
+	# nodelalloc: per-file data journalling (chattr +j), whose O_DIRECT goes
+	# through the page cache, can then be tested (harden_test).
+	check "mount nsid 2 (ext4, nodelalloc) at /mnt/ext4, data.bin 8 MiB" mount_ns 2 ext4 /mnt/ext4 nodelalloc
+	check "mount nsid 3 (xfs) at /mnt/xfs, data.bin 8 MiB" mount_ns 3 xfs /mnt/xfs
+	echo clear >/sys/kernel/debug/kmemleak
+	# A small pin cap, so that the tests can reach it (peermem_test).
+	check "insmod p2pdirect.ko max_pinned_mib=96" insmod /p2pdirect.ko max_pinned_mib=96
+	check "/dev/p2pdirect is a root-only char device" devnode_root_only
+}
+
 run_checks() {
 	say "# suite: guest"
 	describe_pci | sed 's/^/# /' >"$out"
@@ -258,14 +271,7 @@ run_checks() {
 	check "two NVMe controllers" count_is 2 "$(nvmes)"
 	check "PCIe switch: GPUs and nvme sw behind it, nvme rp outside" switch_topology
 	check "NVMe namespaces: nsid 1-3 on p2pnvme-sw, 4 on p2pnvme-rp" namespace_layout
-	# nodelalloc: per-file data journalling (chattr +j), whose O_DIRECT goes
-	# through the page cache, can then be tested (harden_test).
-	check "mount nsid 2 (ext4, nodelalloc) at /mnt/ext4, data.bin 8 MiB" mount_ns 2 ext4 /mnt/ext4 nodelalloc
-	check "mount nsid 3 (xfs) at /mnt/xfs, data.bin 8 MiB" mount_ns 3 xfs /mnt/xfs
-	echo clear >/sys/kernel/debug/kmemleak
-	# A small pin cap, so that the tests can reach it (peermem_test).
-	check "insmod p2pdirect.ko max_pinned_mib=96" insmod /p2pdirect.ko max_pinned_mib=96
-	check "/dev/p2pdirect is a root-only char device" devnode_root_only
+	mount_and_load
 	say "1..$n"
 	say "# suite-exit: guest $fails"
 
@@ -304,11 +310,7 @@ run_fuzz() {
 		check "kernel has CONFIG_$opt" config_has $opt
 	done
 	check "NVMe namespaces: nsid 1-3 on p2pnvme-sw, 4 on p2pnvme-rp" namespace_layout
-	check "mount nsid 2 (ext4, nodelalloc) at /mnt/ext4, data.bin 8 MiB" mount_ns 2 ext4 /mnt/ext4 nodelalloc
-	check "mount nsid 3 (xfs) at /mnt/xfs, data.bin 8 MiB" mount_ns 3 xfs /mnt/xfs
-	echo clear >/sys/kernel/debug/kmemleak
-	check "insmod p2pdirect.ko max_pinned_mib=96" insmod /p2pdirect.ko max_pinned_mib=96
-	check "/dev/p2pdirect is a root-only char device" devnode_root_only
+	mount_and_load
 	say "1..$n"
 	say "# suite-exit: guest $fails"
 

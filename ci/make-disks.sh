@@ -7,12 +7,17 @@
 #   ns2.img 128 MiB ext4 (4 KiB blocks): /data.bin, 8 MiB, fill(o, 2)
 #   ns3.img 320 MiB xfs:                 /data.bin, 8 MiB, fill(o, 3)
 #   ns4.img 256 MiB raw:  fill(o, 4) in the first 32 MiB, zeros after
+#   ns5.img, ns6.img 64 MiB raw: fill(o, 5), fill(o, 6) (NVMe multipath)
+#   ns7.img, ns8.img 64 MiB: fill(o, 7), fill(o, 8) under an MBR with four
+#     partitions: p1 [1, 17) MiB, p2 [17, 33) MiB, p3 [33, 49) MiB, p4 [49, 64) MiB
+#   ns9.img 64 MiB: fill(o, 9) under an MBR with one partition p1 [1, 17) MiB
+#     (md legs, partitions)
 # (o: byte offset in the image, or in data.bin). Usage: make-disks.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-key=$( { cat "$here/make-disks.sh" "$here/fill.py"; mkfs.ext4 -V 2>&1; mkfs.xfs -V; } |
+key=$( { cat "$here/make-disks.sh" "$here/fill.py" "$here/mbr.py"; mkfs.ext4 -V 2>&1; mkfs.xfs -V; } |
 	sha256sum | cut -c1-16)
 out="$P2P_CACHE/disks/$key"
 if [ -f "$out/.built" ]; then
@@ -30,6 +35,14 @@ for ns in 1 4; do
 	truncate -s 256M "$tmp/ns$ns.img"
 	fill "$tmp/ns$ns.img" "$ns" $((32 << 20))
 done
+
+for ns in 5 6 7 8 9; do
+	truncate -s 64M "$tmp/ns$ns.img"
+	fill "$tmp/ns$ns.img" "$ns" $((64 << 20))
+done
+"$here/mbr.py" "$tmp/ns7.img" 1:16 17:16 33:16 49:15
+"$here/mbr.py" "$tmp/ns8.img" 1:16 17:16 33:16 49:15
+"$here/mbr.py" "$tmp/ns9.img" 1:16
 
 # Inode tables and journal are written at mkfs time, so that the guest kernel
 # does not zero them in the background (ext4lazyinit) during the tests.

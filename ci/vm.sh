@@ -11,11 +11,21 @@
 #   pcie.0 - rp0 - switch upstream - dn0 (dev 0): NVMe "p2pnvme-sw" (CMB 16 MiB)
 #                                  - dn1 (dev 1): ivshmem-plain 64 MiB (GPU 0, $shm-gpu0)
 #                                  - dn2 (dev 2): ivshmem-plain 64 MiB (GPU 1, $shm-gpu1)
+#                                  - dn3 (dev 3): NVMe "p2pmp-sw" controller A  } subsystem
+#                                  - dn4 (dev 4): NVMe "p2pmp-sw" controller B  } p2pmp-sw
+#                                  - dn5 (dev 5): NVMe "p2pmp-mix" controller C } subsystem
+#          - rp2 - NVMe "p2pmp-mix" controller D (own root port)              } p2pmp-mix
 #          - rp1 - NVMe "p2pnvme-rp" (own root port: not P2P-reachable)
-# NVMe namespaces (NSIDs unique across both controllers, 512-byte LBAs; the
-# images are $RUN/nsN.img, made by make-disks.sh):
-#   p2pnvme-sw: nsid 1 raw 256 MiB, nsid 2 ext4 128 MiB, nsid 3 xfs 320 MiB
-#   p2pnvme-rp: nsid 4 raw 256 MiB
+# NVMe namespaces (NSIDs unique in the VM, 512-byte LBAs; the images are
+# $RUN/nsN.img, made by make-disks.sh):
+#   p2pnvme-sw: nsid 1 raw 256 MiB, nsid 2 ext4 128 MiB, nsid 3 xfs 320 MiB,
+#               nsid 7 and 8 64 MiB with four partitions each (md legs)
+#   p2pnvme-rp: nsid 4 raw 256 MiB, nsid 9 64 MiB with one partition
+#   p2pmp-sw:   nsid 5 64 MiB, shared by A and B (a multipath head, both
+#               paths behind the switch)
+#   p2pmp-mix:  nsid 6 64 MiB, shared by C and D (one path on a root port)
+# P2PDIRECT_IOMMU=1 adds QEMU's intel-iommu and boots the guest with
+# intel_iommu=on.
 # QEMU logs each NVMe command with its data pointers to $RUN/nvme-trace.log
 # (events: nvme-trace.events), for hostcheck.py's DMACHECK.
 set -euo pipefail
@@ -81,6 +91,8 @@ for t in $(make -s --no-print-directory -C "$repo/userspace-test/c" KSRC="$ksrc"
 	cp "$repo/userspace-test/c/$t" "$root/tests/"
 done
 cp "$repo/userspace-test/rust/target/release/p2pd" "$root/tests/"
+tools=$("$here/guest-tools.sh")
+cp "$tools/mdadm" "$tools/dmsetup" "$root/tests/"
 for t in $rust_tests; do
 	cp "$t" "$root/tests/rust-$(basename "$t" | sed 's/-[0-9a-f]*$//')"
 done
@@ -99,7 +111,7 @@ chmod +x "$root/init"
 
 # --- disks and device memory -------------------------------------------------
 disks=$("$here/make-disks.sh")
-for ns in 1 2 3 4; do cp --sparse=always "$disks/ns$ns.img" "$run/ns$ns.img"; done
+for ns in 1 2 3 4 5 6 7 8 9; do cp --sparse=always "$disks/ns$ns.img" "$run/ns$ns.img"; done
 for g in 0 1; do truncate -s 64M "$shm_prefix-gpu$g"; done
 
 # --- accelerator ---------------------------------------------------------------
@@ -130,7 +142,16 @@ kvm) cpu=(-accel kvm -cpu host) ;;
 *) cpu=(-accel tcg,thread=single -cpu max) ;;
 esac
 
-qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
+machine=q35
+iommu=()
+if [ "${P2PDIRECT_IOMMU:-0}" = 1 ]; then
+	# Interrupt remapping needs the split irqchip; caching mode makes QEMU's
+	# emulated devices follow the guest's IOMMU mappings.
+	machine+=,kernel-irqchip=split
+	iommu=(-device intel-iommu,intremap=on,caching-mode=on)
+	append+=" intel_iommu=on"
+fi
+qemu=(qemu-system-x86_64 -machine "$machine" "${cpu[@]}" "${iommu[@]}" -smp 2 -m 3G
 	-nodefaults -display none -vga none -no-reboot
 	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$run/initramfs.cpio"
 	-append "$append"
@@ -151,10 +172,30 @@ qemu=(qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 2 -m 3G
 	-device ivshmem-plain,memdev=gpumem0,bus=dn1
 	-object "memory-backend-file,id=gpumem1,size=64M,share=on,mem-path=$shm_prefix-gpu1"
 	-device ivshmem-plain,memdev=gpumem1,bus=dn2
+	-drive "file=$run/ns7.img,if=none,id=ns7,format=raw"
+	-device nvme-ns,drive=ns7,bus=nvmsw,nsid=7,logical_block_size=512
+	-drive "file=$run/ns8.img,if=none,id=ns8,format=raw"
+	-device nvme-ns,drive=ns8,bus=nvmsw,nsid=8,logical_block_size=512
 	-device pcie-root-port,id=rp1,bus=pcie.0,chassis=5
 	-device nvme,id=nvmrp,serial=p2pnvme-rp,bus=rp1
 	-drive "file=$run/ns4.img,if=none,id=ns4,format=raw"
-	-device nvme-ns,drive=ns4,bus=nvmrp,nsid=4,logical_block_size=512)
+	-device nvme-ns,drive=ns4,bus=nvmrp,nsid=4,logical_block_size=512
+	-drive "file=$run/ns9.img,if=none,id=ns9,format=raw"
+	-device nvme-ns,drive=ns9,bus=nvmrp,nsid=9,logical_block_size=512
+	-device xio3130-downstream,id=dn3,bus=up0,chassis=6,slot=3,addr=0x3
+	-device xio3130-downstream,id=dn4,bus=up0,chassis=7,slot=4,addr=0x4
+	-device xio3130-downstream,id=dn5,bus=up0,chassis=8,slot=5,addr=0x5
+	-device pcie-root-port,id=rp2,bus=pcie.0,chassis=9
+	-device nvme-subsys,id=mpsw,nqn=p2pmp-sw
+	-device nvme,id=nvmmpa,serial=p2pmp-sw,subsys=mpsw,bus=dn3
+	-device nvme,id=nvmmpb,serial=p2pmp-sw,subsys=mpsw,bus=dn4
+	-drive "file=$run/ns5.img,if=none,id=ns5,format=raw"
+	-device nvme-ns,drive=ns5,bus=nvmmpa,nsid=5,shared=on,logical_block_size=512
+	-device nvme-subsys,id=mpmix,nqn=p2pmp-mix
+	-device nvme,id=nvmmpc,serial=p2pmp-mix,subsys=mpmix,bus=dn5
+	-device nvme,id=nvmmpd,serial=p2pmp-mix,subsys=mpmix,bus=rp2
+	-drive "file=$run/ns6.img,if=none,id=ns6,format=raw"
+	-device nvme-ns,drive=ns6,bus=nvmmpc,nsid=6,shared=on,logical_block_size=512)
 case "$mode" in check | demo) qemu+=(-trace "events=$here/nvme-trace.events" -D "$run/nvme-trace.log") ;; esac
 printf '%q ' "${qemu[@]}" >"$run/qemu.cmd"
 

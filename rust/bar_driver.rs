@@ -30,15 +30,22 @@ impl Drop for BoundBar {
     }
 }
 
+/// ivshmem-plain.
+const IVSHMEM: pci::DeviceId = pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110);
+
+#[cfg(not(kernel_ge_7_3))]
 kernel::pci_device_table!(
     PCI_TABLE,
     MODULE_PCI_TABLE,
     <BarDriver as pci::Driver>::IdInfo,
-    [(
-        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110),
-        ()
-    )]
+    [(IVSHMEM, ())]
 );
+
+// From 7.3 an entry's driver_data points to its IdInfo, and `new_id` accepts
+// only a driver_data of the table: a table without IdInfo keeps it 0, which
+// is what `new_id` writes.
+#[cfg(kernel_ge_7_3)]
+kernel::pci_device_table!(PCI_TABLE, @none, [IVSHMEM]);
 
 /// Says why a BAR cannot be a provider.
 fn check_bar(pdev: &pci::Device<Core<'_>>) -> Result<u64> {
@@ -76,10 +83,25 @@ impl pci::Driver for BarDriver {
     type Data<'bound> = BoundBar;
     const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
 
+    #[cfg(not(kernel_ge_7_3))]
     fn probe<'bound>(
         pdev: &'bound pci::Device<Core<'_>>,
         _info: &'bound Self::IdInfo,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        Self::bind(pdev)
+    }
+
+    #[cfg(kernel_ge_7_3)]
+    fn probe<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        _info: Option<&'bound Self::IdInfo>,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        Self::bind(pdev)
+    }
+}
+
+impl BarDriver {
+    fn bind(pdev: &pci::Device<Core<'_>>) -> Result<BoundBar> {
         let result = (|| {
             let len = check_bar(pdev)?;
             pdev.enable_device_mem()?;

@@ -9,6 +9,9 @@
 
 pub(crate) mod uapi;
 
+pub(crate) use crate::sys::blkdev::DmaLeg;
+use crate::sys::blkdev::BlockDevice;
+
 use core::ptr::NonNull;
 use kernel::{
     bindings,
@@ -25,7 +28,7 @@ use kernel::{
 // members (`pci_dev` embeds one); only the pointers cross, never the layout.
 #[allow(improper_ctypes)]
 mod shim {
-    use kernel::bindings::{address_space, bio, file, pci_dev, vm_area_struct};
+    use kernel::bindings::{address_space, bio, block_device, file, pci_dev, vm_area_struct};
     use kernel::ffi::{c_int, c_void};
 
     extern "C" {
@@ -79,7 +82,7 @@ mod shim {
         ) -> kernel::ffi::c_uint;
         pub(super) fn p2pdirect_pin_dma_unmap(pin: *mut c_void);
         pub(super) fn p2pdirect_unpin(pin: *mut c_void);
-        pub(super) fn p2pdirect_block_dma_pci(file: *mut file) -> *mut pci_dev;
+        pub(super) fn p2pdirect_file_bdev(file: *mut file) -> *mut block_device;
         pub(super) fn p2pdirect_pin_get(pin: *mut c_void) -> *mut c_void;
         pub(super) fn p2pdirect_pin_bounce(len: u64) -> *mut c_void;
         pub(super) fn p2pdirect_pin_len(pin: *mut c_void) -> u64;
@@ -100,7 +103,7 @@ mod shim {
         pub(super) fn p2pdirect_io_fget(fd: c_int, write: bool, is_bdev: *mut bool) -> *mut file;
         pub(super) fn p2pdirect_fput(f: *mut file);
         pub(super) fn p2pdirect_io_limits(f: *mut file, l: *mut super::Limits);
-        pub(super) fn p2pdirect_io_dma_pci(f: *mut file) -> *mut pci_dev;
+        pub(super) fn p2pdirect_io_bdev(f: *mut file) -> *mut block_device;
         pub(super) fn p2pdirect_bdev_sync(f: *mut file, pos: u64, len: u64) -> c_int;
         pub(super) fn p2pdirect_bdev_invalidate(f: *mut file, pos: u64, len: u64);
         pub(super) fn p2pdirect_storage_init() -> c_int;
@@ -376,15 +379,17 @@ impl DmaDevice {
 
     /// The DMA device of the block device open as file descriptor `fd` of
     /// the calling process: `EBADF`, `ENOTBLK`, or `ENODEV` (no PCI device
-    /// above its disk).
+    /// under it). A stacked device (md, NVMe multipath) gives its first leg.
     pub(crate) fn of_block_fd(fd: i32) -> Result<Self> {
         let fd = u32::try_from(fd).map_err(|_| EBADF)?;
         let file = kernel::fs::file::LocalFile::fget(fd).map_err(|_| EBADF)?;
         // SAFETY: `file` is a valid, referenced open file.
-        let raw = unsafe { shim::p2pdirect_block_dma_pci(file.as_ptr()) };
-        let raw = ptr_or_err(raw)?;
-        // INVARIANT: the shim returned the device with a reference for us.
-        Ok(Self(Some(PciFunction(raw))))
+        let bdev = ptr_or_err(unsafe { shim::p2pdirect_file_bdev(file.as_ptr()) })?;
+        // SAFETY: the open file keeps its block device open while `file` lives.
+        let bdev = unsafe { BlockDevice::from_raw(bdev.as_ptr()) };
+        let legs = bdev.dma_legs()?;
+        let first = legs.first().ok_or(ENODEV)?;
+        Ok(Self(Some(PciFunction::from_pci(&*first.pci))))
     }
 }
 
@@ -669,12 +674,14 @@ impl IoFile {
         l
     }
 
-    /// The PCI function that does the block device's DMA.
-    pub(crate) fn dma_pci(&self) -> Result<PciFunction> {
-        // SAFETY: the file is valid; returns a referenced pci_dev or ERR_PTR.
-        let p = unsafe { shim::p2pdirect_io_dma_pci(self.file.as_ptr()) };
-        // INVARIANT: the shim returned the device with a reference for us.
-        Ok(PciFunction(ptr_or_err(p)?))
+    /// The leaves under the block device and the PCI functions doing
+    /// their DMA (one, unless the device is stacked: md, NVMe multipath).
+    pub(crate) fn dma_legs(&self) -> Result<KVec<DmaLeg>> {
+        // SAFETY: the file is valid; the shim returns its block device.
+        let bdev = unsafe { shim::p2pdirect_io_bdev(self.file.as_ptr()) };
+        // SAFETY: the referenced file keeps the block device open (type
+        // invariant) for as long as `self` is borrowed.
+        unsafe { BlockDevice::from_raw(bdev) }.dma_legs()
     }
 
     /// Raw block devices: writes back cached dirty data of the range.

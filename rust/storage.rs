@@ -28,7 +28,7 @@
 use crate::{
     chardev::OpenFile,
     error::{eopnotsupp, eremoteio, refuse},
-    ffi::{self, uapi, Batch, Bio, IoFile, Limits, PinRef},
+    ffi::{self, uapi, Batch, Bio, IoFile, Limits, PciFunction, PinRef},
     peer_mem::{self, UserRange},
     stats::{Bdf, IoRecord, Key, Pinned},
 };
@@ -173,19 +173,30 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
     // A registration counts its pinned bytes itself.
     let _pinned =
         (req.flags & uapi::P2PDIRECT_IO_REGISTERED == 0).then(|| Pinned::new(provider, len));
-    let dma = file.dma_pci().ok();
+    // Every device that may DMA to the memory: the controller, or each leg
+    // of a stacked device (an md array, an NVMe multipath head's paths).
+    let legs = file.dma_legs().unwrap_or_default();
     let mut done = Done {
-        dma_pci: dma.as_ref().map_or(0, |d| d.addr()),
+        dma_pci: legs.first().map_or(0, |l| PciFunction::from_pci(&*l.pci).addr()),
         ..Done::default()
     };
-    let reach = match &dma {
-        Some(_) if cpu_path => Err(0),
-        Some(d) if lim.p2pdma != 0 => mem.pages.reachable_by(d),
-        _ => Err(0),
+    let reach = if cpu_path || lim.p2pdma == 0 || legs.is_empty() {
+        Err(Unreachable::default())
+    } else {
+        legs.iter().try_for_each(|leg| {
+            let pci = PciFunction::from_pci(&*leg.pci);
+            mem.pages
+                .reachable_by(&pci)
+                .map_err(|provider| Unreachable {
+                    leg: Some(leg),
+                    dma: pci.addr(),
+                    provider,
+                })
+        })
     };
-    if let Err(provider) = reach {
+    if let Err(why) = reach {
         if req.flags & uapi::P2PDIRECT_IO_COMPAT == 0 {
-            return Err(refuse_unreachable(req, &lim, done.dma_pci, provider));
+            return Err(refuse_unreachable(req, &lim, &why, legs.len()));
         }
         let (bytes, zeroed) = bounce(&file, &lim, &mem, req, len)?;
         done.bytes = bytes;
@@ -294,30 +305,52 @@ fn resolve_memory(me: &OpenFile, req: &Request, lim: &Limits) -> Result<Memory> 
     })
 }
 
+/// Why the data cannot go device to device: the leg (of a stacked device)
+/// and its DMA device that cannot reach `provider`, when one was tried.
+#[derive(Default)]
+struct Unreachable<'a> {
+    leg: Option<&'a ffi::DmaLeg>,
+    dma: u32,
+    provider: u32,
+}
+
 /// The error (and a rate-limited message naming both devices) for memory
 /// the block device cannot reach.
-fn refuse_unreachable(req: &Request, lim: &Limits, dma: u32, provider: u32) -> Error {
+fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: usize) -> Error {
     if lim.p2pdma == 0 {
         if ffi::ratelimit() {
             pr_info!(
-                "{}: the block device of fd {} (DMA device {}) does not accept P2PDMA \
-                 memory; set P2PDIRECT_IO_COMPAT to bounce through host memory\n",
+                "{}: the block device of fd {} does not accept P2PDMA memory (its queue \
+                 lacks BLK_FEAT_PCI_P2PDMA); set P2PDIRECT_IO_COMPAT to bounce through host \
+                 memory\n",
                 op_name(req.write),
                 req.fd,
-                Bdf(dma)
             );
         }
         return eopnotsupp();
     }
     if ffi::ratelimit() {
-        pr_info!(
-            "{}: {} (the DMA device of fd {}) cannot reach the device memory of {} \
-             (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through host memory\n",
-            op_name(req.write),
-            Bdf(dma),
-            req.fd,
-            Bdf(provider)
-        );
+        match why.leg {
+            Some(leg) if legs > 1 => pr_info!(
+                "{}: {} at {} (one of {} paths or legs under fd {}) cannot reach the device \
+                 memory of {} (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through \
+                 host memory\n",
+                op_name(req.write),
+                &*leg.name,
+                Bdf(why.dma),
+                legs,
+                req.fd,
+                Bdf(why.provider)
+            ),
+            _ => pr_info!(
+                "{}: {} (the DMA device of fd {}) cannot reach the device memory of {} \
+                 (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through host memory\n",
+                op_name(req.write),
+                Bdf(why.dma),
+                req.fd,
+                Bdf(why.provider)
+            ),
+        }
     }
     eremoteio()
 }

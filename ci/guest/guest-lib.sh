@@ -30,6 +30,8 @@ nvme_serial() { cat "$1"/nvme/nvme*/serial 2>/dev/null | tr -d ' '; }
 namespaces() {
 	for b in /sys/block/nvme*n*; do
 		[ -f "$b/nsid" ] || continue
+		# A path of a multipath head (nvmeXcYnZ, no device node): the head stands for it.
+		case "${b##*/}" in nvme*c*n*) continue ;; esac
 		echo "$(cat "$b/nsid") ${b##*/} $(tr -d ' ' <"$b/device/serial")"
 	done | sort -n
 }
@@ -96,11 +98,12 @@ switch_topology() {
 	[ "$(upstream_port "$rp")" != "$up" ] || { echo "nvme rp is below the switch"; return 1; }
 	echo "switch upstream port: $up"
 }
-# NSIDs 1-3 on the controller behind the switch, 4 on the one on the root port.
+# NSIDs 1-3, 7, 8 on the controller behind the switch, 4 and 9 on the one on
+# the root port, 5 and 6 on the two multipath subsystems (one head each).
 namespace_layout() {
 	namespaces
 	[ "$(namespaces | awk '{ printf "%s:%s ", $1, $3 }')" = \
-		"1:p2pnvme-sw 2:p2pnvme-sw 3:p2pnvme-sw 4:p2pnvme-rp " ]
+		"1:p2pnvme-sw 2:p2pnvme-sw 3:p2pnvme-sw 4:p2pnvme-rp 5:p2pmp-sw 6:p2pmp-mix 7:p2pnvme-sw 8:p2pnvme-sw 9:p2pnvme-rp " ]
 }
 # mount_ns NSID FSTYPE DIR: mounts the namespace, opens it to everyone (tests
 # run as nobody too) and finds /data.bin of 8 MiB, by stat only: reading it
@@ -197,6 +200,16 @@ p2pd_verify() {
 	grep -v '^# ' /tmp/verify.out
 	return $rc
 }
+p2pd_info_stacked() {
+	/tests/p2pd info >/tmp/info || return 1
+	sed -n '/^stacked block devices/,$p' /tmp/info
+	for d in md0 md1 md2 dm-0 "$(basename "$(ns_dev 5)")" "$(basename "$(ns_dev 6)")"; do
+		grep -q "^  $d " /tmp/info || { echo "$d missing"; return 1; }
+	done
+	# The mixed devices are not reachable as a whole; the others are.
+	grep -q "^  md2 .*unreachable: $(basename "$(ns_dev 9)")p1" /tmp/info &&
+		grep -q "^  md1 .*reachable by all providers" /tmp/info
+}
 p2pd_bad() { ! /tests/p2pd verify --dev /dev/nonexistent 2>/tmp/err && grep -q 'not an NVMe namespace' /tmp/err; }
 p2pd_suite() {
 	say "# suite: p2pd"
@@ -219,6 +232,66 @@ p2pd_suite() {
 fuzz_suite() {
 	run_suite c-fuzz /tests/fuzz_test --seconds "${p2p_fuzz_seconds:-$1}" \
 		--threads "${p2p_fuzz_threads:-4}" ${p2p_fuzz_seed:+--seed "$p2p_fuzz_seed"}
+}
+
+# --- stacked block devices (stack_test.c) ---------------------------------
+# mpath_paths DEV: the paths of a multipath head, as the head lists them.
+mpath_paths() { ls "/sys/block/${1##*/}/multipath" 2>/dev/null; }
+# Each multipath head has its two paths, one per controller of its subsystem.
+mpath_heads() {
+	for id in 5 6; do
+		dev=$(ns_dev $id) || { echo "no head for nsid $id"; return 1; }
+		echo "nsid $id: $dev, paths: $(mpath_paths "$dev" | tr '\n' ' ')"
+		count_is 2 "$(mpath_paths "$dev")" || return 1
+	done
+}
+# The md arrays (no superblock: the legs' blocks map 1:1, or by chunk) and
+# the dm-linear device stack_test.c uses.
+stack_build() {
+	n7=$(ns_dev 7) && n8=$(ns_dev 8) && n9=$(ns_dev 9) || return 1
+	mkdir -p /run/mdadm
+	mdadm --build /dev/md0 --level=0 --chunk=64 --raid-devices=2 "${n7}p1" "${n8}p1" &&
+		mdadm --build /dev/md1 --level=1 --raid-devices=2 --assume-clean "${n7}p2" "${n8}p2" &&
+		mdadm --build /dev/md2 --level=1 --raid-devices=2 --assume-clean "${n7}p3" "${n9}p1" &&
+		dmsetup create p2plin --noudevsync \
+			--table "0 $(cat "/sys/class/block/${n8##*/}p3/size") linear ${n8}p3 0" &&
+		dmsetup mknodes p2plin || return 1
+	cat /proc/mdstat
+	dmsetup table
+	ls /sys/block/md2/slaves
+}
+# No md array lost a leg: every array shows all its members up ([UU]) and
+# none is marked faulty.
+mdstat_clean() {
+	cat /proc/mdstat
+	! grep -q '(F)' /proc/mdstat && [ "$(grep -c '\[UU\]' /proc/mdstat)" = 2 ]
+}
+stack_teardown() {
+	dmsetup remove --noudevsync p2plin && mdadm --stop /dev/md0 /dev/md1 /dev/md2
+}
+stack_suites() {
+	# P2PDIRECT_ONLY=stack runs these suites alone.
+	case ",${p2p_only:-stack}," in *,stack,*) ;; *) return 0 ;; esac
+	say "# suite: stack"
+	n=0
+	fails=0
+	check "multipath heads of nsid 5 and 6, two paths each" mpath_heads
+	check "md raid0, raid1, raid1 with a root-port leg; dm-linear" stack_build
+	say "1..$n"
+	say "# suite-exit: stack $fails"
+	say "# suite: c-stack"
+	P2P_MPATH_SW=$(ns_dev 5) P2P_MPATH_MIX=$(ns_dev 6) P2P_MD_RAID0=/dev/md0 \
+		P2P_MD_RAID1=/dev/md1 P2P_MD_MIXED=/dev/md2 P2P_DM_LINEAR=/dev/mapper/p2plin \
+		P2P_PART="$(ns_dev 7)p4" /tests/stack_test >"$out" 2>&1
+	say "# suite-exit: c-stack $?"
+	say "# suite: stack-after"
+	n=0
+	fails=0
+	check "/proc/mdstat: no array lost a leg" mdstat_clean
+	check "p2pd info lists the stacked devices and their legs" p2pd_info_stacked
+	check "md arrays stopped, dm device removed" stack_teardown
+	say "1..$n"
+	say "# suite-exit: stack-after $fails"
 }
 
 # Unmount, then (teardown_suites cmb-unbind) harden_test's unbind of the
@@ -268,9 +341,9 @@ run_checks() {
 		check "kernel has CONFIG_$opt" config_has $opt
 	done
 	check "two emulated GPUs (ivshmem-plain 1af4:1110)" count_is 2 "$(gpus)"
-	check "two NVMe controllers" count_is 2 "$(nvmes)"
+	check "six NVMe controllers" count_is 6 "$(nvmes)"
 	check "PCIe switch: GPUs and nvme sw behind it, nvme rp outside" switch_topology
-	check "NVMe namespaces: nsid 1-3 on p2pnvme-sw, 4 on p2pnvme-rp" namespace_layout
+	check "NVMe namespaces: nsid 1-3, 7, 8 on p2pnvme-sw, 4, 9 on p2pnvme-rp, 5, 6 multipath" namespace_layout
 	mount_and_load
 	say "1..$n"
 	say "# suite-exit: guest $fails"
@@ -282,6 +355,7 @@ run_checks() {
 	run_suite c-peermem /tests/peermem_test
 	run_suite c-storage /tests/storage_test
 	run_suite c-fault /tests/fault_test
+	stack_suites
 	for t in /tests/rust-*; do
 		run_suite "${t##*/}" rust_suite "$t"
 	done
@@ -309,7 +383,7 @@ run_fuzz() {
 	for opt in RUST PCI_P2PDMA KASAN PROVE_LOCKING DEBUG_KMEMLEAK DEBUG_ATOMIC_SLEEP; do
 		check "kernel has CONFIG_$opt" config_has $opt
 	done
-	check "NVMe namespaces: nsid 1-3 on p2pnvme-sw, 4 on p2pnvme-rp" namespace_layout
+	check "NVMe namespaces: nsid 1-3, 7, 8 on p2pnvme-sw, 4, 9 on p2pnvme-rp, 5, 6 multipath" namespace_layout
 	mount_and_load
 	say "1..$n"
 	say "# suite-exit: guest $fails"

@@ -557,26 +557,12 @@ bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u3
 	return true;
 }
 
-/* The PCI function doing DMA for @bdev (its NVMe controller), referenced. */
-static struct pci_dev *bdev_dma_pci(struct block_device *bdev)
-{
-	struct device *dev;
-
-	for (dev = disk_to_dev(bdev->bd_disk); dev; dev = dev->parent)
-		if (dev_is_pci(dev))
-			return pci_dev_get(to_pci_dev(dev));
-	return ERR_PTR(-ENODEV);
-}
-
-/*
- * The PCI function that does DMA for the block device open as @file, with a
- * reference: the first PCI device above its disk (the NVMe controller).
- */
-struct pci_dev *p2pdirect_block_dma_pci(struct file *file)
+/* The block device open as @file, or ERR_PTR(-ENOTBLK). */
+struct block_device *p2pdirect_file_bdev(struct file *file)
 {
 	if (!S_ISBLK(file_inode(file)->i_mode))
 		return ERR_PTR(-ENOTBLK);
-	return bdev_dma_pci(file_bdev(file));
+	return file_bdev(file);
 }
 
 /* --- Storage I/O --------------------------------------------------------- */
@@ -669,7 +655,8 @@ bool p2pdirect_dio_falls_back(struct file *f)
 	return (st.result_mask & STATX_DIOALIGN) && !st.dio_mem_align;
 }
 
-static struct block_device *io_bdev(struct file *f)
+/* The block device an I/O target does its I/O on (a file's: its file system's). */
+struct block_device *p2pdirect_io_bdev(struct file *f)
 {
 	return S_ISBLK(file_inode(f)->i_mode) ? file_bdev(f) : file_inode(f)->i_sb->s_bdev;
 }
@@ -677,7 +664,7 @@ static struct block_device *io_bdev(struct file *f)
 /* What the bio builder needs to know about the block device behind @f. */
 void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
 {
-	struct block_device *bdev = io_bdev(f);
+	struct block_device *bdev = p2pdirect_io_bdev(f);
 	struct request_queue *q = bdev_get_queue(bdev);
 
 	l->logical_block_size = bdev_logical_block_size(bdev);
@@ -687,12 +674,6 @@ void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
 	l->read_only = bdev_read_only(bdev) ? 1 : 0;
 	l->size = bdev_nr_bytes(bdev);
 	l->devt = bdev->bd_dev;	/* MAJOR << 20 | MINOR */
-}
-
-/* The DMA device of the block device behind @f (an I/O target). */
-struct pci_dev *p2pdirect_io_dma_pci(struct file *f)
-{
-	return bdev_dma_pci(io_bdev(f));
 }
 
 /*
@@ -805,7 +786,7 @@ struct bio *p2pdirect_bio_alloc(struct file *f, bool write, u64 pos, unsigned in
 	blk_opf_t opf = write ? REQ_OP_WRITE | REQ_SYNC | REQ_IDLE : REQ_OP_READ | REQ_SYNC;
 	struct bio *bio;
 
-	bio = bio_alloc_bioset(io_bdev(f), nr_vecs, opf, GFP_KERNEL, &p2pdirect_bio_set);
+	bio = bio_alloc_bioset(p2pdirect_io_bdev(f), nr_vecs, opf, GFP_KERNEL, &p2pdirect_bio_set);
 	if (bio)
 		bio->bi_iter.bi_sector = pos >> SECTOR_SHIFT;
 	return bio;
@@ -841,7 +822,7 @@ int p2pdirect_bio_rw_onstack(struct file *f, struct p2pdirect_pin *pin, u64 off,
 
 	if (off + len > pin->len)
 		return -EINVAL;
-	bio_init(&bio, io_bdev(f), vecs, ARRAY_SIZE(vecs), opf);
+	bio_init(&bio, p2pdirect_io_bdev(f), vecs, ARRAY_SIZE(vecs), opf);
 	bio.bi_iter.bi_sector = pos >> SECTOR_SHIFT;
 	while (done < len) {
 		unsigned int in_page;

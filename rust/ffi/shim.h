@@ -69,12 +69,12 @@ u32 p2pdirect_pin_provider(struct p2pdirect_pin *pin);
 void p2pdirect_pin_copy(struct p2pdirect_pin *dst, u64 dst_off, struct p2pdirect_pin *src,
 			u64 src_off, u64 len);
 bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u32 *provider);
-struct pci_dev *p2pdirect_block_dma_pci(struct file *file);
+struct block_device *p2pdirect_file_bdev(struct file *file);
 
 struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev);
 void p2pdirect_fput(struct file *f);
 void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l);
-struct pci_dev *p2pdirect_io_dma_pci(struct file *f);
+struct block_device *p2pdirect_io_bdev(struct file *f);
 int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len);
 void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len);
 int p2pdirect_storage_init(void);

@@ -139,6 +139,112 @@ fn read_trim(p: impl AsRef<std::path::Path>) -> Option<String> {
     fs::read_to_string(p).ok().map(|s| s.trim().to_string())
 }
 
+/// A path of an NVMe multipath head (`nvme1c2n1`): hidden, no device node.
+fn is_mpath_path(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("nvme") else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    rest.split_once('c').is_some_and(|(subsys, tail)| {
+        digits(subsys) && tail.split_once('n').is_some_and(|(c, n)| digits(c) && digits(n))
+    })
+}
+
+/// A stacked block device (md, dm, an NVMe multipath head), from /sys/block:
+/// the leaves under it that sit on a PCI controller.
+#[derive(Clone, Debug)]
+pub struct Stacked {
+    pub name: String,
+    /// `raid1`, `dm linear`, `nvme multipath`...
+    pub kind: String,
+    pub legs: Vec<Leg>,
+}
+
+/// A leaf under a stacked device: a namespace, a partition, an NVMe path.
+#[derive(Clone, Debug)]
+pub struct Leg {
+    pub name: String,
+    pub pci: Option<PciAddr>,
+}
+
+/// The PCI function closest above a block device in the sysfs device tree.
+fn pci_above(block: &str) -> Option<PciAddr> {
+    let real = fs::canonicalize(format!("/sys/class/block/{block}")).ok()?;
+    real.components()
+        .filter_map(|c| parse_bdf(&c.as_os_str().to_string_lossy()))
+        .next_back()
+}
+
+/// The block devices a stacked device lists as its legs (md, dm: slaves/;
+/// NVMe multipath: multipath/).
+fn legs_of(block: &str) -> Vec<String> {
+    // A partition's legs are its disk's.
+    let dir = fs::canonicalize(format!("/sys/class/block/{block}")).ok();
+    let disk = match &dir {
+        Some(d) if d.join("partition").exists() => d.parent().map(|p| p.to_path_buf()),
+        d => d.clone(),
+    };
+    let Some(disk) = disk else { return Vec::new() };
+    let mut out: Vec<String> = ["slaves", "multipath"]
+        .iter()
+        .filter_map(|sub| fs::read_dir(disk.join(sub)).ok())
+        .flat_map(|d| d.flatten())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+fn leaves(block: &str, depth: u32, out: &mut Vec<Leg>) {
+    if let Some(pci) = pci_above(block) {
+        out.push(Leg {
+            name: block.to_string(),
+            pci: Some(pci),
+        });
+        return;
+    }
+    let legs = legs_of(block);
+    if legs.is_empty() || depth >= 4 {
+        out.push(Leg {
+            name: block.to_string(),
+            pci: None,
+        });
+        return;
+    }
+    for l in legs {
+        leaves(&l, depth + 1, out);
+    }
+}
+
+impl Stacked {
+    pub fn all() -> Vec<Stacked> {
+        let mut out = Vec::new();
+        let Ok(dir) = fs::read_dir("/sys/block") else {
+            return out;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if legs_of(&name).is_empty() || pci_above(&name).is_some() {
+                continue;
+            }
+            let p = e.path();
+            let kind = if let Some(level) = read_trim(p.join("md/level")) {
+                format!("md {level}")
+            } else if p.join("dm").exists() {
+                let target = read_trim(p.join("dm/name")).unwrap_or_default();
+                format!("dm ({target})")
+            } else {
+                "nvme multipath".to_string()
+            };
+            let mut legs = Vec::new();
+            leaves(&name, 0, &mut legs);
+            out.push(Stacked { name, kind, legs });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
 /// `dddd:bb:dd.f` -> the UAPI's PCI address.
 pub fn parse_bdf(s: &str) -> Option<PciAddr> {
     let (dom, rest) = s.split_once(':')?;
@@ -159,6 +265,9 @@ impl Namespace {
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             if !name.starts_with("nvme") {
+                continue;
+            }
+            if is_mpath_path(&name) {
                 continue;
             }
             let p = e.path();

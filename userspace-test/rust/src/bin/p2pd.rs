@@ -17,7 +17,7 @@ mod bench;
 #[path = "../cli.rs"]
 mod cli;
 
-use cli::{Args, Json, Namespace};
+use cli::{Args, Json, Namespace, Stacked};
 use p2pdirect::{fill, sys, Device, Io, Memory, Version};
 use std::{os::fd::AsRawFd, process::ExitCode, time::Instant};
 
@@ -56,6 +56,25 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
         .providers()
         .map_err(|e| format!("LIST_PROVIDERS: {e}"))?;
     let namespaces = Namespace::all();
+    let stacked = Stacked::all();
+    // For each leg of a stacked device, the providers it cannot reach.
+    let unreachable = |st: &Stacked| -> Vec<(String, Vec<u32>)> {
+        st.legs
+            .iter()
+            .filter_map(|leg| {
+                let from: Vec<u32> = providers
+                    .iter()
+                    .filter(|p| {
+                        !p.clients
+                            .iter()
+                            .any(|c| Some(c.pci_addr) == leg.pci && c.distance.is_some())
+                    })
+                    .map(|p| p.index)
+                    .collect();
+                (!from.is_empty()).then(|| (leg.name.clone(), from))
+            })
+            .collect()
+    };
     // Distance from each provider to each namespace's controller.
     let distance = |p: &p2pdirect::Provider, ns: &Namespace| {
         p.clients
@@ -90,6 +109,32 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
         j.raw("providers", &Json::array(&ps));
         let nss: Vec<String> = namespaces.iter().map(Namespace::json).collect();
         j.raw("namespaces", &Json::array(&nss));
+        let sts: Vec<String> = stacked
+            .iter()
+            .map(|st| {
+                let mut o = Json::obj();
+                o.str("device", &st.name);
+                o.str("kind", &st.kind);
+                let legs: Vec<String> = st
+                    .legs
+                    .iter()
+                    .map(|l| {
+                        let mut lo = Json::obj();
+                        lo.str("device", &l.name);
+                        lo.str("controller", &l.pci.map_or(String::new(), |a| a.to_string()));
+                        lo.end()
+                    })
+                    .collect();
+                o.raw("legs", &Json::array(&legs));
+                let bad: Vec<String> = unreachable(st)
+                    .iter()
+                    .map(|(leg, _)| format!("\"{leg}\""))
+                    .collect();
+                o.raw("unreachable_legs", &format!("[{}]", bad.join(",")));
+                o.end()
+            })
+            .collect();
+        j.raw("stacked", &Json::array(&sts));
         println!("{}", j.end());
         return Ok(());
     }
@@ -127,6 +172,31 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
             ns.size >> 20,
             ns.lbs
         );
+    }
+    println!("stacked block devices: {}", stacked.len());
+    for st in &stacked {
+        let legs: Vec<String> = st
+            .legs
+            .iter()
+            .map(|l| {
+                let pci = l.pci.map_or("no PCI device".into(), |a| a.to_string());
+                format!("{} ({pci})", l.name)
+            })
+            .collect();
+        let bad = unreachable(st);
+        let reach = if bad.is_empty() {
+            "reachable by all providers".to_string()
+        } else {
+            let what: Vec<String> = bad
+                .iter()
+                .map(|(leg, from)| {
+                    let from: Vec<String> = from.iter().map(u32::to_string).collect();
+                    format!("{leg} from provider {}", from.join(","))
+                })
+                .collect();
+            format!("unreachable: {} (I/O needs COMPAT)", what.join("; "))
+        };
+        println!("  {} {}: {}; {reach}", st.name, st.kind, legs.join(", "));
     }
     println!("P2P reachability (kernel P2PDMA distance; '-' = not reachable, I/O needs COMPAT):");
     print!("  {:<14}", "provider");

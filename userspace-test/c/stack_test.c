@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * READ and WRITE on stacked block devices and partitions (kselftest harness,
+ * TAP on stdout): NVMe native multipath heads, md raid0 and raid1, dm-linear,
+ * a partition of a namespace.
+ *
+ * The guest (ci/guest/guest-lib.sh, stack_setup) builds the devices and
+ * names them in the environment:
+ *   P2P_MPATH_SW   head of NSID 5: both paths' controllers behind the switch
+ *   P2P_MPATH_MIX  head of NSID 6: one path on a root port (unreachable)
+ *   P2P_MD_RAID0   raid0, chunk 64 KiB, legs NSID 7 p1, NSID 8 p1 (no superblock)
+ *   P2P_MD_RAID1   raid1, legs NSID 7 p2, NSID 8 p2 (no superblock)
+ *   P2P_MD_MIXED   raid1, legs NSID 7 p3 and NSID 9 p1 (on the root-port controller)
+ *   P2P_DM_LINEAR  dm-linear over all of NSID 8 p3
+ *   P2P_PART       NSID 7 p4
+ * Partitions (ci/make-disks.sh): p1 at 1 MiB, p2 at 17 MiB, p3 at 33 MiB,
+ * p4 at 49 MiB (15 MiB, to the end of the 64 MiB namespace); each namespace
+ * holds fill(o, NSID). The records (HOSTCHECK, NVMECHECK, DMACHECK, see
+ * ci/hostcheck.py) let the host prove, from the NVMe trace and the images,
+ * that the data went to the right blocks of each leg, by P2P DMA where the
+ * call says so and through host memory where it bounced.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <linux/p2pdirect.h>
+
+#include "kselftest_harness.h"
+#include "nvme_util.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define BUF (4 * MiB)
+#define PART_START(p) ((1 + 16 * ((p) - 1)) * MiB)	/* p1..p4 of NSIDs 7-9 */
+#define CHUNK (64 * KiB)
+
+FIXTURE(stk) {
+	int dev;
+	char bdf[32];
+	struct p2pdirect_alloc a;
+	__u8 *map;
+};
+
+FIXTURE_SETUP(stk)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	unsigned int i;
+
+	self->dev = open("/dev/p2pdirect", O_RDWR);
+	ASSERT_LE(0, self->dev);
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (i = 0; i < req.count && i < 8; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_BAR)
+			break;
+	ASSERT_LT(i, req.count) TH_LOG("no emulated GPU");
+	pci_name(p[i].pci_addr, self->bdf, sizeof(self->bdf));
+	self->a.provider = p[i].index;
+	self->a.size = BUF;
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_ALLOC, &self->a));
+	record_alloc_zero(self->dev, &self->a);
+	self->map = mmap(NULL, BUF, PROT_READ | PROT_WRITE, MAP_SHARED, self->dev,
+			 self->a.mmap_offset);
+	ASSERT_NE(MAP_FAILED, self->map);
+}
+
+FIXTURE_TEARDOWN(stk)
+{
+	struct p2pdirect_free f = { .handle = self->a.handle };
+
+	if (self->map != MAP_FAILED)
+		munmap(self->map, BUF);
+	ioctl(self->dev, P2PDIRECT_IOC_FREE, &f);
+	close(self->dev);
+}
+
+/* The block device the guest named in @var, opened O_DIRECT read-write. */
+static int open_env(const char *var)
+{
+	const char *path = getenv(var);
+	int fd;
+
+	if (!path || !*path) {
+		printf("# %s is not set (the guest builds the stacked devices)\n", var);
+		return -1;
+	}
+	fd = open(path, O_RDWR | O_DIRECT);
+	if (fd < 0)
+		printf("# open %s (%s): %s\n", path, var, strerror(errno));
+	return fd;
+}
+
+/* READ or WRITE of @size bytes at @foff of @fd, buffer offset @boff. */
+static int io(struct _test_data_stk *self, int write, int fd, __u32 flags, __u64 boff,
+	      __u64 size, __u64 foff, struct p2pdirect_io *out)
+{
+	struct p2pdirect_io r = {
+		.fd = fd, .flags = flags, .addr = (uintptr_t)self->map, .size = size,
+		.file_offset = foff, .buf_offset = boff,
+	};
+	int ret = ioctl(self->dev, write ? P2PDIRECT_IOC_WRITE : P2PDIRECT_IOC_READ, &r);
+
+	*out = r;
+	return ret ? -errno : 0;
+}
+
+static __u64 fill_diff(const __u8 *p, __u64 len, __u64 pos, __u64 seed)
+{
+	__u64 bad = 0;
+
+	for (__u64 i = 0; i < len; i++)
+		bad += p[i] != fill_byte(pos + i, seed);
+	return bad;
+}
+
+static void rec_gpu_fill(struct _test_data_stk *self, __u64 boff, __u64 len, __u64 seed,
+			 __u64 pos)
+{
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu fill=%llu pos=%llu guard=0\n", self->bdf,
+	       (unsigned long long)(self->a.provider_offset + boff), (unsigned long long)len,
+	       (unsigned long long)seed, (unsigned long long)pos);
+}
+
+/* Buffer bytes [boff, boff + len) hold fill(pos + j, seed): fill and record them. */
+static void buf_fill(struct _test_data_stk *self, __u64 boff, __u64 len, __u64 seed, __u64 pos)
+{
+	fill_buf(self->map + boff, len, pos, seed);
+	rec_gpu_fill(self, boff, len, seed, pos);
+}
+
+static void rec_nvme(int nsid, __u64 off, __u64 len, __u64 seed, __u64 pos)
+{
+	printf("# NVMECHECK ns=%d off=%llu len=%llu fill=%llu pos=%llu\n", nsid,
+	       (unsigned long long)off, (unsigned long long)len, (unsigned long long)seed,
+	       (unsigned long long)pos);
+}
+
+/* @where: the GPU's BDF, or NULL for host memory (a bounce). */
+static void rec_dma(int nsid, __u64 off, __u64 len, const char *where, const char *op)
+{
+	printf("# DMACHECK ns=%d off=%llu len=%llu where=%s%s op=%s\n", nsid,
+	       (unsigned long long)off, (unsigned long long)len, where ? "gpu:" : "ram",
+	       where ? where : "", op);
+}
+
+/* How many times "p2pdirect" messages in the kernel log contain @needle. */
+static int klog_has(const char *needle)
+{
+	char cmd[256];
+	int n = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "dmesg | grep -c '%s'", needle);
+	f = popen(cmd, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%d", &n) != 1)
+		n = 0;
+	pclose(f);
+	return n;
+}
+
+/* Both paths of the head reach the GPU: P2P, bytes where they belong. */
+TEST_F(stk, multipath_all_paths_reachable)
+{
+	struct p2pdirect_io r;
+	int fd = open_env("P2P_MPATH_SW");
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, io(self, 0, fd, 0, 0, MiB, 8 * MiB, &r));
+	rec_gpu_fill(self, 0, MiB, 5, 8 * MiB);
+	EXPECT_EQ(MiB, r.bytes);
+	EXPECT_EQ(MiB, r.p2p_bytes);
+	EXPECT_EQ(0ull, r.bounce_bytes);
+	EXPECT_NE(0u, r.dma_pci_addr);
+	EXPECT_EQ(0ull, fill_diff(self->map, MiB, 8 * MiB, 5));
+	rec_dma(5, 8 * MiB, MiB, self->bdf, "read");
+
+	buf_fill(self, MiB, MiB, 0x55, 16 * MiB);
+	ASSERT_EQ(0, io(self, 1, fd, 0, MiB, MiB, 16 * MiB, &r));
+	EXPECT_EQ(MiB, r.p2p_bytes);
+	rec_nvme(5, 16 * MiB, MiB, 0x55, 16 * MiB);
+	rec_dma(5, 16 * MiB, MiB, self->bdf, "write");
+	ASSERT_EQ(0, io(self, 0, fd, 0, 2 * MiB, MiB, 16 * MiB, &r));
+	rec_gpu_fill(self, 2 * MiB, MiB, 0x55, 16 * MiB);
+	EXPECT_EQ(MiB, r.p2p_bytes);
+	EXPECT_EQ(0ull, fill_diff(self->map + 2 * MiB, MiB, 16 * MiB, 0x55));
+	close(fd);
+}
+
+/* One path is on a root port: refused, naming it; COMPAT bounces. */
+TEST_F(stk, multipath_one_path_unreachable)
+{
+	struct p2pdirect_io r;
+	int fd = open_env("P2P_MPATH_MIX");
+	int before = klog_has("one of 2 paths or legs");
+
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-EREMOTEIO, io(self, 0, fd, 0, 0, MiB, 8 * MiB, &r));
+	EXPECT_EQ(-EREMOTEIO, io(self, 1, fd, 0, 0, MiB, 8 * MiB, &r));
+	EXPECT_LT(before, klog_has("one of 2 paths or legs"));
+
+	ASSERT_EQ(0, io(self, 0, fd, P2PDIRECT_IO_COMPAT, 0, MiB, 8 * MiB, &r));
+	rec_gpu_fill(self, 0, MiB, 6, 8 * MiB);
+	EXPECT_EQ(MiB, r.bytes);
+	EXPECT_EQ(MiB, r.bounce_bytes);
+	EXPECT_EQ(0ull, r.p2p_bytes);
+	EXPECT_EQ(0ull, fill_diff(self->map, MiB, 8 * MiB, 6));
+	rec_dma(6, 8 * MiB, MiB, NULL, "read");
+	close(fd);
+}
+
+/* raid0 over two reachable legs: each 64 KiB chunk on its leg, by P2P. */
+TEST_F(stk, md_raid0_p2p)
+{
+	const __u64 at = 4 * MiB, len = MiB;
+	struct p2pdirect_io r;
+	int fd = open_env("P2P_MD_RAID0");
+
+	ASSERT_LE(0, fd);
+	buf_fill(self, 0, len, 0x70, at);
+	ASSERT_EQ(0, io(self, 1, fd, 0, 0, len, at, &r));
+	EXPECT_EQ(len, r.bytes);
+	EXPECT_EQ(len, r.p2p_bytes);
+	for (__u64 o = at; o < at + len; o += CHUNK) {
+		__u64 c = o / CHUNK;
+		int nsid = c % 2 ? 8 : 7;
+
+		rec_nvme(nsid, PART_START(1) + c / 2 * CHUNK, CHUNK, 0x70, o);
+	}
+	/* Chunks 64-79: the legs' [2 MiB, 2.5 MiB) each. */
+	rec_dma(7, PART_START(1) + 2 * MiB, len / 2, self->bdf, "write");
+	rec_dma(8, PART_START(1) + 2 * MiB, len / 2, self->bdf, "write");
+	ASSERT_EQ(0, io(self, 0, fd, 0, MiB, len, at, &r));
+	rec_gpu_fill(self, MiB, len, 0x70, at);
+	EXPECT_EQ(len, r.p2p_bytes);
+	EXPECT_EQ(0ull, fill_diff(self->map + MiB, len, at, 0x70));
+	rec_dma(7, PART_START(1) + 2 * MiB, len / 2, self->bdf, "read");
+	rec_dma(8, PART_START(1) + 2 * MiB, len / 2, self->bdf, "read");
+	close(fd);
+}
+
+/* raid1 over two reachable legs: both copies written by P2P. */
+TEST_F(stk, md_raid1_p2p)
+{
+	const __u64 at = 4 * MiB, len = MiB;
+	struct p2pdirect_io r;
+	int fd = open_env("P2P_MD_RAID1");
+
+	ASSERT_LE(0, fd);
+	buf_fill(self, 0, len, 0x71, at);
+	ASSERT_EQ(0, io(self, 1, fd, 0, 0, len, at, &r));
+	EXPECT_EQ(len, r.bytes);
+	EXPECT_EQ(len, r.p2p_bytes);
+	for (int nsid = 7; nsid <= 8; nsid++) {
+		rec_nvme(nsid, PART_START(2) + at, len, 0x71, at);
+		rec_dma(nsid, PART_START(2) + at, len, self->bdf, "write");
+	}
+	ASSERT_EQ(0, io(self, 0, fd, 0, MiB, len, at, &r));
+	rec_gpu_fill(self, MiB, len, 0x71, at);
+	EXPECT_EQ(len, r.p2p_bytes);
+	EXPECT_EQ(0ull, fill_diff(self->map + MiB, len, at, 0x71));
+	close(fd);
+}
+
+/*
+ * raid1 with a leg on the root-port controller: refused before any bio (md
+ * would fail that leg), named in the log; COMPAT writes both legs through
+ * host memory. The guest checks /proc/mdstat afterwards.
+ */
+TEST_F(stk, md_raid1_mixed_refused)
+{
+	const __u64 at = 4 * MiB, len = MiB;
+	struct p2pdirect_io r;
+	int fd = open_env("P2P_MD_MIXED");
+	int before = klog_has("one of 2 paths or legs");
+
+	ASSERT_LE(0, fd);
+	buf_fill(self, 0, len, 0x72, at);
+	EXPECT_EQ(-EREMOTEIO, io(self, 1, fd, 0, 0, len, at, &r));
+	EXPECT_EQ(-EREMOTEIO, io(self, 0, fd, 0, MiB, len, at, &r));
+	EXPECT_LT(before, klog_has("one of 2 paths or legs"));
+	ASSERT_EQ(0, io(self, 1, fd, P2PDIRECT_IO_COMPAT, 0, len, at, &r));
+	EXPECT_EQ(len, r.bytes);
+	EXPECT_EQ(len, r.bounce_bytes);
+	EXPECT_EQ(0ull, r.p2p_bytes);
+	rec_nvme(7, PART_START(3) + at, len, 0x72, at);
+	rec_dma(7, PART_START(3) + at, len, NULL, "write");
+	rec_nvme(9, PART_START(1) + at, len, 0x72, at);
+	rec_dma(9, PART_START(1) + at, len, NULL, "write");
+	close(fd);
+}
+
+/* dm does not advertise P2PDMA: EOPNOTSUPP; COMPAT bounces. */
+TEST_F(stk, dm_linear_refused)
+{
+	struct p2pdirect_io r;
+	int fd = open_env("P2P_DM_LINEAR");
+
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-EOPNOTSUPP, io(self, 0, fd, 0, 0, MiB, 2 * MiB, &r));
+	ASSERT_EQ(0, io(self, 0, fd, P2PDIRECT_IO_COMPAT, 0, MiB, 2 * MiB, &r));
+	rec_gpu_fill(self, 0, MiB, 8, PART_START(3) + 2 * MiB);
+	EXPECT_EQ(MiB, r.bounce_bytes);
+	EXPECT_EQ(0ull, fill_diff(self->map, MiB, PART_START(3) + 2 * MiB, 8));
+	rec_dma(8, PART_START(3) + 2 * MiB, MiB, NULL, "read");
+	close(fd);
+}
+
+/* Offsets on a partition are relative to its start. */
+TEST_F(stk, partition_p2p)
+{
+	const __u64 base = PART_START(4);
+	struct p2pdirect_io r;
+	int fd = open_env("P2P_PART");
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, io(self, 0, fd, 0, 0, MiB, MiB, &r));
+	rec_gpu_fill(self, 0, MiB, 7, base + MiB);
+	EXPECT_EQ(MiB, r.p2p_bytes);
+	EXPECT_EQ(0ull, fill_diff(self->map, MiB, base + MiB, 7));
+	rec_dma(7, base + MiB, MiB, self->bdf, "read");
+
+	buf_fill(self, MiB, MiB, 0x73, 2 * MiB);
+	ASSERT_EQ(0, io(self, 1, fd, 0, MiB, MiB, 2 * MiB, &r));
+	EXPECT_EQ(MiB, r.p2p_bytes);
+	rec_nvme(7, base + 2 * MiB, MiB, 0x73, 2 * MiB);
+	rec_dma(7, base + 2 * MiB, MiB, self->bdf, "write");
+	close(fd);
+}
+
+/* The partition's end bounds I/O like the end of a device. */
+TEST_F(stk, partition_end)
+{
+	const __u64 base = PART_START(4), size = 15 * MiB, half = MiB / 2;
+	struct p2pdirect_io r;
+	int fd = open_env("P2P_PART");
+
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, io(self, 0, fd, 0, 0, MiB, size - half, &r));
+	rec_gpu_fill(self, 0, half, 7, base + size - half);
+	EXPECT_EQ(half, r.bytes);
+	EXPECT_EQ(0ull, fill_diff(self->map, half, base + size - half, 7));
+	ASSERT_EQ(0, io(self, 0, fd, 0, 0, MiB, size, &r));
+	EXPECT_EQ(0ull, r.bytes);
+
+	buf_fill(self, MiB, MiB, 0x74, size - half);
+	ASSERT_EQ(0, io(self, 1, fd, 0, MiB, MiB, size - half, &r));
+	EXPECT_EQ(half, r.bytes);
+	rec_nvme(7, base + size - half, half, 0x74, size - half);
+	rec_dma(7, base + size - half, half, self->bdf, "write");
+	EXPECT_EQ(-ENOSPC, io(self, 1, fd, 0, MiB, MiB, size, &r));
+	close(fd);
+}
+
+TEST_HARNESS_MAIN

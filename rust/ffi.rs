@@ -9,8 +9,8 @@
 
 pub(crate) mod uapi;
 
-pub(crate) use crate::sys::blkdev::DmaLeg;
 use crate::sys::blkdev::BlockDevice;
+pub(crate) use crate::sys::blkdev::DmaLeg;
 
 use core::ptr::NonNull;
 use kernel::{

@@ -177,7 +177,9 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
     // of a stacked device (an md array, an NVMe multipath head's paths).
     let legs = file.dma_legs().unwrap_or_default();
     let mut done = Done {
-        dma_pci: legs.first().map_or(0, |l| PciFunction::from_pci(&*l.pci).addr()),
+        dma_pci: legs
+            .first()
+            .map_or(0, |l| PciFunction::from_pci(&*l.pci).addr()),
         ..Done::default()
     };
     let reach = if cpu_path || lim.p2pdma == 0 || legs.is_empty() {

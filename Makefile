@@ -3,6 +3,15 @@
 # against KDIR=/path/to/a/Rust-enabled/kernel/build); `make demo` runs the
 # main job in the test VM; `make check` runs every test.
 
+# KVER=7.3 builds and tests against that kernel series instead of the default
+# (ci/kernel-series.txt); IOMMU=1 runs the VM with QEMU's intel-iommu.
+ifneq ($(KVER),)
+export P2PDIRECT_KERNEL_SERIES := $(KVER)
+endif
+ifneq ($(IOMMU),)
+export P2PDIRECT_IOMMU := $(IOMMU)
+endif
+
 all: module
 
 module:
@@ -13,6 +22,10 @@ demo:
 
 check:
 	@ci/check.sh
+
+# What CI runs: `make check` on every kernel series, and with an IOMMU.
+check-matrix:
+	@ci/check-matrix.sh
 
 # The gdsio-style benchmark in the VM: results/bench-<date>/{bench.json,png}.
 bench:
@@ -41,4 +54,4 @@ clean:
 	$(MAKE) -C userspace-test/c clean KSRC=/nonexistent
 	cd userspace-test/rust && cargo clean
 
-.PHONY: all module demo check bench fuzz deps kernel lint clean
+.PHONY: all module demo check check-matrix bench fuzz deps kernel lint clean

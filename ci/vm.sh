@@ -49,6 +49,9 @@ done
 "$here/install-deps.sh"
 kdir=$("$here/build-kernel.sh")
 ksrc=$("$here/fetch-kernel.sh")
+# The guest checks that it runs the series it was built for.
+series=$(basename "$ksrc" | sed -n 's/^linux-source-\([0-9]*\.[0-9]*\)-.*/\1/p')
+append+=" p2p_kver=$series"
 env -u KDIR "$here/build-module.sh" >&2
 log "building userspace tests"
 make -s -C "$repo/userspace-test/c" KSRC="$ksrc" >&2
@@ -146,10 +149,15 @@ machine=q35
 iommu=()
 if [ "${P2PDIRECT_IOMMU:-0}" = 1 ]; then
 	# Interrupt remapping needs the split irqchip; caching mode makes QEMU's
-	# emulated devices follow the guest's IOMMU mappings.
+	# emulated devices follow the guest's IOMMU mappings. The guest's DMA
+	# domains are identity (iommu=pt): QEMU sends every DMA of a device
+	# through the IOMMU, also a peer-to-peer write that a real switch routes
+	# by itself, so with translating domains the bus addresses the kernel's
+	# P2PDMA code hands out behind the switch fault (README, "Kernels and
+	# configurations").
 	machine+=,kernel-irqchip=split
 	iommu=(-device intel-iommu,intremap=on,caching-mode=on)
-	append+=" intel_iommu=on"
+	append+=" intel_iommu=on iommu=pt p2p_iommu=1"
 fi
 qemu=(qemu-system-x86_64 -machine "$machine" "${cpu[@]}" "${iommu[@]}" -smp 2 -m 3G
 	-nodefaults -display none -vga none -no-reboot

@@ -377,10 +377,11 @@ impl DmaDevice {
         self.0.as_ref()
     }
 
-    /// The DMA device of the block device open as file descriptor `fd` of
-    /// the calling process: `EBADF`, `ENOTBLK`, or `ENODEV` (no PCI device
-    /// under it). A stacked device (md, NVMe multipath) gives its first leg.
-    pub(crate) fn of_block_fd(fd: i32) -> Result<Self> {
+    /// The DMA devices of the block device open as file descriptor `fd` of
+    /// the calling process, one per leg (one unless it is stacked: md, NVMe
+    /// multipath), never empty: `EBADF`, `ENOTBLK`, or `ENODEV` (no PCI
+    /// device under it).
+    pub(crate) fn of_block_fd(fd: i32) -> Result<KVec<Self>> {
         let fd = u32::try_from(fd).map_err(|_| EBADF)?;
         let file = kernel::fs::file::LocalFile::fget(fd).map_err(|_| EBADF)?;
         // SAFETY: `file` is a valid, referenced open file.
@@ -388,8 +389,14 @@ impl DmaDevice {
         // SAFETY: the open file keeps its block device open while `file` lives.
         let bdev = unsafe { BlockDevice::from_raw(bdev.as_ptr()) };
         let legs = bdev.dma_legs()?;
-        let first = legs.first().ok_or(ENODEV)?;
-        Ok(Self(Some(PciFunction::from_pci(&*first.pci))))
+        let mut out = KVec::with_capacity(legs.len(), GFP_KERNEL)?;
+        for leg in &legs {
+            out.push(Self(Some(PciFunction::from_pci(&*leg.pci))), GFP_KERNEL)?;
+        }
+        if out.is_empty() {
+            return Err(ENODEV);
+        }
+        Ok(out)
     }
 }
 

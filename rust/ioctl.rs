@@ -187,7 +187,10 @@ fn dma_probe(arg: usize) -> Result<isize> {
         return Err(EINVAL);
     }
     let range = UserRange::new(req.addr, req.size)?;
-    let dev = ffi::DmaDevice::of_block_fd(req.fd)?;
+    let legs = ffi::DmaDevice::of_block_fd(req.fd)?;
+    // Mapped for the first leg; the others (of a stacked device) must reach
+    // the memory too.
+    let (dev, others) = legs.split_first().ok_or(ENODEV)?;
     let mut claim = peer_mem::acquire(range).inspect_err(|e| {
         if *e == ENXIO && ffi::ratelimit() {
             pr_info!(
@@ -198,7 +201,24 @@ fn dma_probe(arg: usize) -> Result<isize> {
         }
     })?;
     claim.get_pages(req.flags & uapi::P2PDIRECT_PROBE_WRITE != 0)?;
-    let segs = claim.dma_map(&dev).inspect_err(|e| {
+    let pages = claim.pages()?;
+    for leg in others.iter().filter_map(|d| d.pci()) {
+        if pages.reachable_by(leg).is_err() {
+            if ffi::ratelimit() {
+                pr_info!(
+                    "{} memory at {:#x} is not reachable by PCI device {:#x}, a leg of fd {} \
+                     (P2P distance)\n",
+                    claim.client,
+                    req.addr,
+                    leg.addr(),
+                    req.fd
+                );
+            }
+            return Err(eremoteio());
+        }
+    }
+    drop(pages);
+    let segs = claim.dma_map(dev).inspect_err(|e| {
         if *e == eremoteio() && ffi::ratelimit() {
             pr_info!(
                 "{} memory at {:#x} is not reachable by PCI device {:#x} (P2P distance)\n",

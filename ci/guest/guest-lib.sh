@@ -82,7 +82,28 @@ check() { # check DESCRIPTION COMMAND...
 }
 
 config_has() { zcat /proc/config.gz | grep -qx "CONFIG_$1=y"; }
-kernel_72() { case "$(uname -r)" in 7.2.*) ;; *) return 1 ;; esac; }
+# The kernel is of the series the host built (p2p_kver on the command line).
+kernel_series() { case "$(uname -r)" in "${p2p_kver:-none}".*) ;; *) return 1 ;; esac; }
+# With p2p_iommu=1 the host added QEMU's intel-iommu: it must be on, and
+# every PCI function in an IOMMU group.
+iommu_on() {
+	ls /sys/class/iommu
+	[ -n "$(ls /sys/class/iommu 2>/dev/null)" ] || return 1
+	for d in $(gpus) $(nvmes); do
+		[ -e "$d/iommu_group" ] || { echo "${d##*/} is in no IOMMU group"; return 1; }
+		g=$(readlink -f "$d/iommu_group")
+		echo "${d##*/}: group ${g##*/}, domain $(cat "$g/type")"
+		[ "$(cat "$g/type")" = identity ] || return 1
+	done
+}
+iommu_off() { [ -z "$(ls /sys/class/iommu 2>/dev/null)" ]; }
+iommu_checks() {
+	if [ "${p2p_iommu:-0}" = 1 ]; then
+		check "IOMMU on (intel-iommu), every GPU and NVMe in an IOMMU group, identity domains (iommu=pt)" iommu_on
+	else
+		check "no IOMMU" iommu_off
+	fi
+}
 count_is() { [ "$(echo $2 | wc -w)" -eq "$1" ]; }
 # Both GPUs and the NVMe with serial "sw" hang below one upstream switch port;
 # the NVMe with serial "rp" does not.
@@ -336,12 +357,13 @@ run_checks() {
 	# Which downstream port each GPU hangs off: the host maps that to a backing file.
 	for g in $(gpus); do say "# GPUMAP ${g##*/} $(basename "$(dirname "$(readlink -f "$g")")")"; done
 	host_records >"$out"
-	check "kernel is 7.2.x ($(uname -r))" kernel_72
+	check "kernel is ${p2p_kver:-?}.x ($(uname -r))" kernel_series
 	for opt in RUST PCI_P2PDMA KASAN PROVE_LOCKING DEBUG_KMEMLEAK DEBUG_ATOMIC_SLEEP; do
 		check "kernel has CONFIG_$opt" config_has $opt
 	done
 	check "two emulated GPUs (ivshmem-plain 1af4:1110)" count_is 2 "$(gpus)"
 	check "six NVMe controllers" count_is 6 "$(nvmes)"
+	iommu_checks
 	check "PCIe switch: GPUs and nvme sw behind it, nvme rp outside" switch_topology
 	check "NVMe namespaces: nsid 1-3, 7, 8 on p2pnvme-sw, 4, 9 on p2pnvme-rp, 5, 6 multipath" namespace_layout
 	mount_and_load
@@ -379,7 +401,7 @@ run_checks() {
 # unload and the kmemleak scan.
 run_fuzz() {
 	say "# suite: guest"
-	check "kernel is 7.2.x ($(uname -r))" kernel_72
+	check "kernel is ${p2p_kver:-?}.x ($(uname -r))" kernel_series
 	for opt in RUST PCI_P2PDMA KASAN PROVE_LOCKING DEBUG_KMEMLEAK DEBUG_ATOMIC_SLEEP; do
 		check "kernel has CONFIG_$opt" config_has $opt
 	done

@@ -337,6 +337,41 @@ TEST_F(stk, partition_p2p)
 	close(fd);
 }
 
+static int probe(struct _test_data_stk *self, int fd, struct p2pdirect_dma_probe *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->addr = (uintptr_t)self->map;
+	p->size = MiB;
+	p->fd = fd;
+	return ioctl(self->dev, P2PDIRECT_IOC_DMA_PROBE, p) ? -errno : 0;
+}
+
+/* DMA_PROBE checks every leg and maps for the first. */
+TEST_F(stk, dma_probe_stacked)
+{
+	struct p2pdirect_dma_probe p;
+	int fd;
+
+	fd = open_env("P2P_MD_RAID1");
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, probe(self, fd, &p));
+	EXPECT_LT(0u, p.count);
+	EXPECT_NE(0u, p.dma_pci_addr);
+	close(fd);
+	fd = open_env("P2P_MPATH_SW");
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(0, probe(self, fd, &p));
+	close(fd);
+	fd = open_env("P2P_MD_MIXED");
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-EREMOTEIO, probe(self, fd, &p));
+	close(fd);
+	fd = open_env("P2P_MPATH_MIX");
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-EREMOTEIO, probe(self, fd, &p));
+	close(fd);
+}
+
 /* The partition's end bounds I/O like the end of a device. */
 TEST_F(stk, partition_end)
 {

@@ -36,6 +36,14 @@
  * open file, and any mapping of device memory (which holds its file), holds
  * the module: rmmod fails ("in use") until the last one is gone.
  *
+ * ABI 1.7 (no new command, same structs): READ, WRITE and DMA_PROBE accept
+ * stacked block devices. An md array or an NVMe native multipath head does
+ * its DMA through its legs (paths), so every leg's controller must reach the
+ * memory, else -EREMOTEIO (the log names the leg) or the COMPAT bounce; a
+ * block device that does not advertise P2PDMA (device-mapper, loop) gives
+ * -EOPNOTSUPP, or the bounce. Partitions work like their disk. Before 1.7 a
+ * multipath head or an md array failed with -EREMOTEIO.
+ *
  * ABI 1.6 (no new command, same structs) made these behaviours part of the
  * ABI: the open-mode rule and the argument check above, zeroed ALLOC,
  * recycled handles, FREE that never waits, refaulting mappings, the pin
@@ -50,7 +58,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 6
+#define P2PDIRECT_ABI_MINOR 7
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -218,7 +226,8 @@ struct p2pdirect_dma_seg {
  * @addr: in, user address of the range (a "device pointer")
  * @size: in, bytes
  * @fd: in, an open block device whose DMA device (its NVMe controller) maps
- *      the range
+ *      the range; for a stacked device (md, NVMe multipath) the controller
+ *      of its first leg in name order, after every leg was checked
  * @flags: in, P2PDIRECT_PROBE_*
  * @segs: in, user pointer to @capacity struct p2pdirect_dma_seg
  * @capacity: in, room at @segs (0: only count)
@@ -316,7 +325,8 @@ struct p2pdirect_reg_id {
 /**
  * struct p2pdirect_io - P2PDIRECT_IOC_READ, P2PDIRECT_IOC_WRITE (cuFileRead's
  * and cuFileWrite's role)
- * @fd: in, a raw NVMe namespace (block device) or a regular file on a file
+ * @fd: in, a raw block device (an NVMe namespace, a partition of one, an md
+ *	array or NVMe multipath head over them) or a regular file on a file
  *	system with a block device (ext4, xfs), opened with O_DIRECT and with the
  *	access mode the operation needs (READ: readable, WRITE: writable)
  * @flags: in, P2PDIRECT_IO_*
@@ -331,14 +341,16 @@ struct p2pdirect_reg_id {
  * @bounce_bytes: out, of @bytes, moved through host memory (COMPAT)
  * @zeroed_bytes: out, of @bytes, read from holes or unwritten extents of a
  *	file, which the file system zeroes with the CPU
- * @dma_pci_addr: out, the PCI function that did the DMA (P2PDIRECT_PCI_ADDR)
+ * @dma_pci_addr: out, the PCI function that did the DMA (P2PDIRECT_PCI_ADDR);
+ *	for a stacked device, the controller of its first leg in name order
  * @pad: zero
  *
  * READ moves [file_offset, file_offset + size) of @fd into the memory at
  * @addr + @buf_offset; WRITE the other way. The NVMe controller DMAs straight
  * into or out of the device memory: no CPU copy, no bounce buffer. Before any
- * I/O the module checks that the controller can reach the memory (P2P
- * distance); if it cannot, the call fails with -EREMOTEIO, unless
+ * I/O the module checks that the controller (each leg's controller, for an
+ * md array or a multipath head) can reach the memory (P2P distance); if one
+ * cannot, the call fails with -EREMOTEIO, unless
  * P2PDIRECT_IO_COMPAT is set, in which case the data goes through host memory
  * and is counted in @bounce_bytes.
  *

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# `make check-matrix` (what CI runs): `make check` in every tested
+# configuration, one after the other:
+#   <default series> debug                  host tests, lint, the VM suite
+#   <default series> debug, IOMMU on        the VM suite with QEMU's intel-iommu
+#   <each other series> debug               lint and the VM suite
+# (series: ci/kernel-series.txt). Prints each configuration's TAP and closing
+# line, then one line per configuration and the total `N passed, N failed`.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+start=$(date +%s)
+res=$(mktemp -d)
+trap 'rm -rf "$res"' EXIT
+
+mapfile -t series < <(grep -v '^#' "$here/kernel-series.txt")
+configs=("${series[0]} debug|P2PDIRECT_KERNEL_SERIES=${series[0]}"
+	"${series[0]} debug, IOMMU|P2PDIRECT_KERNEL_SERIES=${series[0]} P2PDIRECT_IOMMU=1 P2PDIRECT_SKIP_HOST=1 P2PDIRECT_SKIP_LINT=1")
+for s in "${series[@]:1}"; do
+	configs+=("$s debug|P2PDIRECT_KERNEL_SERIES=$s P2PDIRECT_SKIP_HOST=1")
+done
+
+rc=0
+i=0
+for c in "${configs[@]}"; do
+	name=${c%%|*}
+	i=$((i + 1))
+	t=$(date +%s)
+	echo "# ===== configuration $i: $name ====="
+	env ${c#*|} "$here/check.sh" | tee "$res/$i.out"
+	[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+	echo "$name|$(tail -n 1 "$res/$i.out")|$(($(date +%s) - t))" >>"$res/lines"
+done
+
+echo "# ===== all configurations ($(($(date +%s) - start)) s) ====="
+passed=0
+failed=0
+while IFS='|' read -r name line secs; do
+	echo "# $name: $line ($secs s)"
+	p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p')
+	f=$(echo "$line" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
+	# A configuration that printed no closing line failed as a whole.
+	[ -n "$p" ] || { p=0; f=1; rc=1; }
+	passed=$((passed + p))
+	failed=$((failed + f))
+done <"$res/lines"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] || rc=1
+exit "$rc"

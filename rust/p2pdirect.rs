@@ -43,10 +43,12 @@ const MAX_PINNED_MIB_LIMIT: u64 = 64 << 10;
 
 /// The per-open-file cap on registered bytes (and on any single pin).
 pub(crate) fn max_pinned_bytes() -> u64 {
-    module_parameters::max_pinned_mib
-        .value()
-        .min(&MAX_PINNED_MIB_LIMIT)
-        .saturating_mul(1 << 20)
+    // 7.2's `value()` gives a reference, 7.3's a copy.
+    #[cfg(not(kernel_ge_7_3))]
+    let mib = *module_parameters::max_pinned_mib.value();
+    #[cfg(kernel_ge_7_3)]
+    let mib = module_parameters::max_pinned_mib.value();
+    mib.min(MAX_PINNED_MIB_LIMIT).saturating_mul(1 << 20)
 }
 
 /// Version of this module, reported by `P2PDIRECT_IOC_GET_VERSION`.

@@ -218,33 +218,44 @@ TEST_F(stk, multipath_one_path_unreachable)
 	close(fd);
 }
 
+/*
+ * WRITE fill(@seed) from buffer [0, len) to @at of @fd and READ it back into
+ * buffer [1 MiB, 1 MiB + len), both by P2P; the records of the legs are the
+ * caller's.
+ */
+static void write_read_back(struct __test_metadata *_metadata, struct _test_data_stk *self,
+			    int fd, __u64 seed, __u64 at, __u64 len)
+{
+	struct p2pdirect_io r;
+
+	buf_fill(self, 0, len, seed, at);
+	ASSERT_EQ(0, io(self, 1, fd, 0, 0, len, at, &r));
+	EXPECT_EQ(len, r.bytes);
+	EXPECT_EQ(len, r.p2p_bytes);
+	ASSERT_EQ(0, io(self, 0, fd, 0, MiB, len, at, &r));
+	rec_gpu_fill(self, MiB, len, seed, at);
+	EXPECT_EQ(len, r.p2p_bytes);
+	EXPECT_EQ(0ull, fill_diff(self->map + MiB, len, at, seed));
+}
+
 /* raid0 over two reachable legs: each 64 KiB chunk on its leg, by P2P. */
 TEST_F(stk, md_raid0_p2p)
 {
 	const __u64 at = 4 * MiB, len = MiB;
-	struct p2pdirect_io r;
 	int fd = open_env("P2P_MD_RAID0");
 
 	ASSERT_LE(0, fd);
-	buf_fill(self, 0, len, 0x70, at);
-	ASSERT_EQ(0, io(self, 1, fd, 0, 0, len, at, &r));
-	EXPECT_EQ(len, r.bytes);
-	EXPECT_EQ(len, r.p2p_bytes);
+	write_read_back(_metadata, self, fd, 0x70, at, len);
 	for (__u64 o = at; o < at + len; o += CHUNK) {
 		__u64 c = o / CHUNK;
-		int nsid = c % 2 ? 8 : 7;
 
-		rec_nvme(nsid, PART_START(1) + c / 2 * CHUNK, CHUNK, 0x70, o);
+		rec_nvme(c % 2 ? 8 : 7, PART_START(1) + c / 2 * CHUNK, CHUNK, 0x70, o);
 	}
-	/* Chunks 64-79: the legs' [2 MiB, 2.5 MiB) each. */
-	rec_dma(7, PART_START(1) + 2 * MiB, len / 2, self->bdf, "write");
-	rec_dma(8, PART_START(1) + 2 * MiB, len / 2, self->bdf, "write");
-	ASSERT_EQ(0, io(self, 0, fd, 0, MiB, len, at, &r));
-	rec_gpu_fill(self, MiB, len, 0x70, at);
-	EXPECT_EQ(len, r.p2p_bytes);
-	EXPECT_EQ(0ull, fill_diff(self->map + MiB, len, at, 0x70));
-	rec_dma(7, PART_START(1) + 2 * MiB, len / 2, self->bdf, "read");
-	rec_dma(8, PART_START(1) + 2 * MiB, len / 2, self->bdf, "read");
+	/* Chunks 64-79: the legs' [2 MiB, 2.5 MiB) each, written then read. */
+	for (int nsid = 7; nsid <= 8; nsid++)
+		rec_dma(nsid, PART_START(1) + 2 * MiB, len / 2, self->bdf, "write");
+	for (int nsid = 7; nsid <= 8; nsid++)
+		rec_dma(nsid, PART_START(1) + 2 * MiB, len / 2, self->bdf, "read");
 	close(fd);
 }
 
@@ -252,22 +263,14 @@ TEST_F(stk, md_raid0_p2p)
 TEST_F(stk, md_raid1_p2p)
 {
 	const __u64 at = 4 * MiB, len = MiB;
-	struct p2pdirect_io r;
 	int fd = open_env("P2P_MD_RAID1");
 
 	ASSERT_LE(0, fd);
-	buf_fill(self, 0, len, 0x71, at);
-	ASSERT_EQ(0, io(self, 1, fd, 0, 0, len, at, &r));
-	EXPECT_EQ(len, r.bytes);
-	EXPECT_EQ(len, r.p2p_bytes);
+	write_read_back(_metadata, self, fd, 0x71, at, len);
 	for (int nsid = 7; nsid <= 8; nsid++) {
 		rec_nvme(nsid, PART_START(2) + at, len, 0x71, at);
 		rec_dma(nsid, PART_START(2) + at, len, self->bdf, "write");
 	}
-	ASSERT_EQ(0, io(self, 0, fd, 0, MiB, len, at, &r));
-	rec_gpu_fill(self, MiB, len, 0x71, at);
-	EXPECT_EQ(len, r.p2p_bytes);
-	EXPECT_EQ(0ull, fill_diff(self->map + MiB, len, at, 0x71));
 	close(fd);
 }
 

@@ -29,6 +29,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <linux/p2pdirect.h>
@@ -196,20 +198,39 @@ TEST_F(stk, multipath_all_paths_reachable)
 	close(fd);
 }
 
+/* STATS' bounce_bytes of the block device open as @fd (0 before its first I/O). */
+static __u64 stat_bounced(int dev, int fd)
+{
+	struct p2pdirect_stat e[64];
+	struct p2pdirect_stats req = { .entries = (uintptr_t)e, .capacity = 64 };
+	struct stat st;
+
+	if (fstat(fd, &st) || ioctl(dev, P2PDIRECT_IOC_STATS, &req))
+		return ~0ull;
+	for (unsigned int i = 0; i < req.count && i < 64; i++)
+		if (e[i].kind == P2PDIRECT_STAT_BLOCK &&
+		    e[i].id == (major(st.st_rdev) << 20 | minor(st.st_rdev)))
+			return e[i].bounce_bytes;
+	return 0;
+}
+
 /* One path is on a root port: refused, naming it; COMPAT bounces. */
 TEST_F(stk, multipath_one_path_unreachable)
 {
 	struct p2pdirect_io r;
 	int fd = open_env("P2P_MPATH_MIX");
 	int before = klog_has("one of 2 paths or legs");
+	__u64 bounced;
 
 	ASSERT_LE(0, fd);
 	EXPECT_EQ(-EREMOTEIO, io(self, 0, fd, 0, 0, MiB, 8 * MiB, &r));
 	EXPECT_EQ(-EREMOTEIO, io(self, 1, fd, 0, 0, MiB, 8 * MiB, &r));
 	EXPECT_LT(before, klog_has("one of 2 paths or legs"));
 
+	bounced = stat_bounced(self->dev, fd);
 	ASSERT_EQ(0, io(self, 0, fd, P2PDIRECT_IO_COMPAT, 0, MiB, 8 * MiB, &r));
 	rec_gpu_fill(self, 0, MiB, 6, 8 * MiB);
+	EXPECT_EQ(bounced + MiB, stat_bounced(self->dev, fd));
 	EXPECT_EQ(MiB, r.bytes);
 	EXPECT_EQ(MiB, r.bounce_bytes);
 	EXPECT_EQ(0ull, r.p2p_bytes);
@@ -285,13 +306,16 @@ TEST_F(stk, md_raid1_mixed_refused)
 	struct p2pdirect_io r;
 	int fd = open_env("P2P_MD_MIXED");
 	int before = klog_has("one of 2 paths or legs");
+	__u64 bounced;
 
 	ASSERT_LE(0, fd);
 	buf_fill(self, 0, len, 0x72, at);
 	EXPECT_EQ(-EREMOTEIO, io(self, 1, fd, 0, 0, len, at, &r));
 	EXPECT_EQ(-EREMOTEIO, io(self, 0, fd, 0, MiB, len, at, &r));
 	EXPECT_LT(before, klog_has("one of 2 paths or legs"));
+	bounced = stat_bounced(self->dev, fd);
 	ASSERT_EQ(0, io(self, 1, fd, P2PDIRECT_IO_COMPAT, 0, len, at, &r));
+	EXPECT_EQ(bounced + len, stat_bounced(self->dev, fd));
 	EXPECT_EQ(len, r.bytes);
 	EXPECT_EQ(len, r.bounce_bytes);
 	EXPECT_EQ(0ull, r.p2p_bytes);

@@ -175,7 +175,13 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
         (req.flags & uapi::P2PDIRECT_IO_REGISTERED == 0).then(|| Pinned::new(provider, len));
     // Every device that may DMA to the memory: the controller, or each leg
     // of a stacked device (an md array, an NVMe multipath head's paths).
-    let legs = file.dma_legs().unwrap_or_default();
+    // A device with no PCI function under it that the walk can name (a
+    // loop device, a stack too deep or too wide) has no leg to check: it is
+    // refused or bounced below. Running out of memory is an error of its own.
+    let legs = match file.dma_legs() {
+        Err(e) if e == ENOMEM => return Err(e),
+        legs => legs.unwrap_or_default(),
+    };
     let mut done = Done {
         dma_pci: legs
             .first()
@@ -333,6 +339,15 @@ fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: 
     }
     if ffi::ratelimit() {
         match why.leg {
+            None => pr_info!(
+                "{}: fd {} is a block device whose DMA devices p2pdirect cannot find (no PCI \
+                 device under it, or stacked deeper than {} levels or over {} legs); set \
+                 P2PDIRECT_IO_COMPAT to bounce through host memory\n",
+                op_name(req.write),
+                req.fd,
+                crate::sys::blkdev::MAX_DEPTH,
+                crate::sys::blkdev::MAX_LEGS
+            ),
             Some(leg) if legs > 1 => pr_info!(
                 "{}: {} at {} (one of {} paths or legs under fd {}) cannot reach the device \
                  memory of {} (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through \

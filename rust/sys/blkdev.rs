@@ -233,6 +233,11 @@ fn stacked_legs(dev: &Device) -> Result<KVec<ARef<Device>>> {
 }
 
 /// `class_for_each_device()` callback: keeps `dev` if it is a listed leg.
+///
+/// # Safety
+///
+/// `dev` is a device the iterator holds a reference on, `data` the `Search`
+/// that `stacked_legs` passed, alive and not otherwise borrowed.
 unsafe extern "C" fn visit(dev: *mut bindings::device, data: *mut c_void) -> c_int {
     // SAFETY: `stacked_legs` passes a `Search` that outlives the iteration.
     let search = unsafe { &mut *data.cast::<Search<'_>>() };

@@ -146,7 +146,10 @@ fn is_mpath_path(name: &str) -> bool {
     };
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     rest.split_once('c').is_some_and(|(subsys, tail)| {
-        digits(subsys) && tail.split_once('n').is_some_and(|(c, n)| digits(c) && digits(n))
+        digits(subsys)
+            && tail
+                .split_once('n')
+                .is_some_and(|(c, n)| digits(c) && digits(n))
     })
 }
 

@@ -22,6 +22,17 @@ fn gpus(dev: &Device) -> Vec<p2pdirect::Provider> {
         .collect()
 }
 
+/// Whether `client` hangs below the switch upstream port above `provider`
+/// (its grandparent in sysfs).
+fn same_switch(provider: p2pdirect::PciAddr, client: p2pdirect::PciAddr) -> bool {
+    let real = |a: p2pdirect::PciAddr| {
+        std::fs::canonicalize(format!("/sys/bus/pci/devices/{a}")).unwrap_or_default()
+    };
+    let p = real(provider);
+    let up = p.parent().and_then(|d| d.parent());
+    up.is_some_and(|up| real(client).starts_with(up))
+}
+
 #[test]
 fn providers_reachability() {
     let dev = Device::open().unwrap();
@@ -31,9 +42,18 @@ fn providers_reachability() {
         assert_eq!(p.kind, sys::P2PDIRECT_PROVIDER_BAR);
         assert_eq!(p.bar_size, 64 * MIB);
         assert_eq!(p.bytes_free + p.bytes_used, p.bytes_total);
-        assert_eq!(p.clients.len(), 2);
-        // One NVMe behind the switch (reachable), one on its own root port.
-        assert_eq!(p.clients.iter().filter(|c| c.distance.is_some()).count(), 1);
+        // Every NVMe controller of the VM (ci/vm.sh); those below the GPU's
+        // switch reach it, the two on root ports do not.
+        assert_eq!(p.clients.len(), 6);
+        for c in &p.clients {
+            assert_eq!(
+                c.distance.is_some(),
+                same_switch(p.pci_addr, c.pci_addr),
+                "client {c:?} of provider {}",
+                p.pci_addr
+            );
+        }
+        assert_eq!(p.clients.iter().filter(|c| c.distance.is_some()).count(), 4);
         eprintln!("provider {} at {}: {:?}", p.index, p.pci_addr, p.clients);
     }
 }

@@ -121,7 +121,10 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
                     .map(|l| {
                         let mut lo = Json::obj();
                         lo.str("device", &l.name);
-                        lo.str("controller", &l.pci.map_or(String::new(), |a| a.to_string()));
+                        lo.str(
+                            "controller",
+                            &l.pci.map_or(String::new(), |a| a.to_string()),
+                        );
                         lo.end()
                     })
                     .collect();

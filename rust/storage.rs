@@ -178,9 +178,15 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
     // A device with no PCI function under it that the walk can name (a
     // loop device, a stack too deep or too wide) has no leg to check: it is
     // refused or bounced below. Running out of memory is an error of its own.
-    let legs = match file.dma_legs() {
-        Err(e) if e == ENOMEM => return Err(e),
-        legs => legs.unwrap_or_default(),
+    // Only a queue that takes P2PDMA pages needs them (the walk of a stacked
+    // device scans the block devices: not for dm, loop or the page cache).
+    let legs = if cpu_path || lim.p2pdma == 0 {
+        KVec::new()
+    } else {
+        match file.dma_legs() {
+            Err(e) if e == ENOMEM => return Err(e),
+            legs => legs.unwrap_or_default(),
+        }
     };
     let mut done = Done {
         dma_pci: legs

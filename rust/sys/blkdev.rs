@@ -17,7 +17,10 @@ use kernel::{
     pci,
     prelude::*,
     str::{CStr, CString},
-    sync::aref::ARef,
+    sync::{
+        aref::ARef,
+        lock::{mutex::MutexBackend, Backend},
+    },
     types::Opaque,
 };
 
@@ -71,6 +74,9 @@ impl BlockDevice {
         // The caller's open keeps the device alive; the walk takes its own
         // references on everything below it.
         walk(self.device(), 0, &mut out)?;
+        if out.is_empty() {
+            return Err(ENODEV);
+        }
         Ok(out)
     }
 }
@@ -81,16 +87,20 @@ fn raw(dev: &Device) -> *mut bindings::device {
 }
 
 /// The first PCI device at or above `dev`.
-fn pci_above(dev: &Device) -> Option<&pci::Device> {
+///
+/// # Safety
+///
+/// The ancestors of `dev` are alive: the caller holds the `open_mutex` of
+/// `dev`'s disk and saw the disk not dead (see [`read_node`]).
+unsafe fn pci_above(dev: &Device) -> Option<&pci::Device> {
     let mut d = raw(dev);
     while !d.is_null() {
-        // SAFETY: `d` is `dev` or one of its ancestors; a device holds a
-        // reference on its parent, so each is valid while `dev` is.
+        // SAFETY: `d` is `dev` or one of its ancestors, alive by the
+        // function's safety requirement.
         let bus = unsafe { (*d).bus };
         if core::ptr::eq(bus, &raw const bindings::pci_bus_type) {
             // SAFETY: a device on the PCI bus is the `dev` of a `pci_dev`,
-            // and `pci::Device` is a transparent wrapper of `pci_dev`; it
-            // lives as long as `dev` (see above).
+            // and `pci::Device` is a transparent wrapper of `pci_dev`.
             return Some(unsafe { &*kernel::container_of!(d, bindings::pci_dev, dev).cast() });
         }
         // SAFETY: as above.
@@ -99,30 +109,69 @@ fn pci_above(dev: &Device) -> Option<&pci::Device> {
     None
 }
 
-fn walk(dev: &Device, depth: u32, out: &mut KVec<DmaLeg>) -> Result {
-    if let Some(p) = pci_above(dev) {
-        if out.len() >= MAX_LEGS {
-            return Err(E2BIG);
-        }
-        let name = CString::try_from_fmt(fmt!("{}", device_name(dev)))?;
-        out.push(
-            DmaLeg {
-                name,
-                pci: p.into(),
-            },
-            GFP_KERNEL,
-        )?;
-        return Ok(());
+/// What the walk needs of one block device, read while its disk lives.
+enum Node {
+    /// The disk was deleted (or is being deleted): it takes no more I/O.
+    Dead,
+    /// It sits on this PCI function.
+    Pci(ARef<pci::Device>),
+    /// It sits on no PCI device: its legs are listed in these directories.
+    Stacked(LegDirs),
+}
+
+/// Reads `dev` (a disk or a partition of one) under its disk's `open_mutex`.
+///
+/// `del_gendisk()` marks the disk dead (`GD_DEAD`) under that mutex before
+/// it drops the disk's `slave_dir`, removes its sysfs directory, deletes its
+/// partitions and device (which puts the parents' references); a disk's
+/// device holds its parent (the NVMe controller), which holds its PCI
+/// function. So while the mutex is held and the disk is not dead, all of
+/// them are valid, and the references taken then outlive the mutex.
+fn read_node(dev: &Device) -> Node {
+    // SAFETY: `dev` is the `bd_device` of a block device (only disks and
+    // partitions are devices of the block class), kept alive by the caller;
+    // a partition holds its disk, so `bd_disk` is valid. The mutex is the
+    // disk's own, taken and released here; nothing else is held, and the
+    // order open_mutex -> kernfs_rwsem (in `LegDirs::of`) is the block
+    // layer's own (`bd_link_disk_holder()`).
+    unsafe {
+        let bdev = kernel::container_of!(raw(dev), bindings::block_device, bd_device);
+        let disk = (*bdev).bd_disk;
+        let mutex = &raw mut (*disk).open_mutex;
+        let guard = MutexBackend::lock(mutex);
+        let state = core::ptr::read_volatile(&raw const (*disk).state);
+        let node = if state & (1 << bindings::GD_DEAD) != 0 {
+            Node::Dead
+        } else if let Some(p) = pci_above(dev) {
+            Node::Pci(p.into())
+        } else {
+            Node::Stacked(LegDirs::of(disk))
+        };
+        MutexBackend::unlock(mutex, &guard);
+        node
     }
+}
+
+fn walk(dev: &Device, depth: u32, out: &mut KVec<DmaLeg>) -> Result {
+    let dirs = match read_node(dev) {
+        // A deleted leg gets no more bios; the device itself is refused
+        // when it has no live leg at all (`dma_legs`).
+        Node::Dead => return Ok(()),
+        Node::Pci(pci) => {
+            if out.len() >= MAX_LEGS {
+                return Err(E2BIG);
+            }
+            let name = CString::try_from_fmt(fmt!("{}", device_name(dev)))?;
+            out.push(DmaLeg { name, pci }, GFP_KERNEL)?;
+            return Ok(());
+        }
+        Node::Stacked(dirs) => dirs,
+    };
     if depth >= MAX_DEPTH {
         // The kernel crate has no ELOOP constant.
         return Err(Error::from_errno(-(bindings::ELOOP as i32)));
     }
-    let legs = stacked_legs(dev)?;
-    if legs.is_empty() {
-        return Err(ENODEV);
-    }
-    for leg in &legs {
+    for leg in &stacked_legs(dev, &dirs)? {
         walk(leg, depth + 1, out)?;
     }
     Ok(())
@@ -141,16 +190,16 @@ struct LegDirs {
 }
 
 impl LegDirs {
-    /// `dev` is the device of a block device (a disk or a partition); the
-    /// directories are those of its disk.
-    fn of(dev: &Device) -> Self {
+    /// The directories of `disk`, referenced.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds `disk`'s `open_mutex` and saw it not dead (see
+    /// [`read_node`]): its `slave_dir` and sysfs directory are valid.
+    unsafe fn of(disk: *mut bindings::gendisk) -> Self {
         let mut dirs = [core::ptr::null_mut(); 2];
-        // SAFETY: `dev` is the `bd_device` of a block device (the callers
-        // walk only block-class devices), valid while `dev` is; so are its
-        // disk and the disk's whole-device `part0`.
+        // SAFETY: by the function's safety requirement.
         unsafe {
-            let bdev = kernel::container_of!(raw(dev), bindings::block_device, bd_device);
-            let disk = (*bdev).bd_disk;
             let slaves = (*disk).slave_dir;
             if !slaves.is_null() && !(*slaves).sd.is_null() {
                 bindings::kernfs_get((*slaves).sd);
@@ -159,11 +208,20 @@ impl LegDirs {
             let whole = &raw mut (*(*disk).part0).bd_device;
             let kn = (*whole).kobj.sd;
             if !kn.is_null() {
-                dirs[1] = bindings::kernfs_find_and_get_ns(
+                let mp = bindings::kernfs_find_and_get_ns(
                     kn,
                     c_str!("multipath").as_char_ptr(),
                     core::ptr::null(),
                 );
+                // Only a directory has entries to look up.
+                if !mp.is_null()
+                    && u32::from((*mp).flags) & bindings::KERNFS_TYPE_MASK
+                        != bindings::kernfs_node_type_KERNFS_DIR
+                {
+                    bindings::kernfs_put(mp);
+                } else {
+                    dirs[1] = mp;
+                }
             }
         }
         Self { dirs }
@@ -202,15 +260,14 @@ struct Search<'a> {
     err: Option<Error>,
 }
 
-/// The block devices a stacked disk lists as its legs: every device of the
-/// block class whose name one of its leg directories holds.
-fn stacked_legs(dev: &Device) -> Result<KVec<ARef<Device>>> {
-    let dirs = LegDirs::of(dev);
+/// The block devices a stacked disk lists as its legs in `dirs`: every
+/// device of the block class (that of `dev`) whose name they hold.
+fn stacked_legs(dev: &Device, dirs: &LegDirs) -> Result<KVec<ARef<Device>>> {
     if dirs.dirs.iter().all(|d| d.is_null()) {
         return Ok(KVec::new());
     }
     let mut search = Search {
-        dirs: &dirs,
+        dirs,
         found: KVec::new(),
         err: None,
     };

@@ -342,7 +342,9 @@ struct p2pdirect_reg_id {
  * @zeroed_bytes: out, of @bytes, read from holes or unwritten extents of a
  *	file, which the file system zeroes with the CPU
  * @dma_pci_addr: out, the PCI function that did the DMA (P2PDIRECT_PCI_ADDR);
- *	for a stacked device, the controller of its first leg in name order
+ *	for a stacked device, the controller of its first leg in name order; 0
+ *	when the block device takes no P2PDMA pages (dm, loop) or the file
+ *	system serves O_DIRECT through the page cache
  * @pad: zero
  *
  * READ moves [file_offset, file_offset + size) of @fd into the memory at

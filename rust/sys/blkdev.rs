@@ -138,6 +138,8 @@ fn read_node(dev: &Device) -> Node {
         let bdev = kernel::container_of!(raw(dev), bindings::block_device, bd_device);
         let disk = (*bdev).bd_disk;
         let mutex = &raw mut (*disk).open_mutex;
+        // The guard state is `()` for a mutex; it is kept to pair the calls.
+        #[allow(clippy::let_unit_value)]
         let guard = MutexBackend::lock(mutex);
         let state = core::ptr::read_volatile(&raw const (*disk).state);
         let node = if state & (1 << bindings::GD_DEAD) != 0 {

@@ -246,7 +246,10 @@ struct p2pdirect_dma_seg {
  * one); -EREMOTEIO the DMA device cannot reach the memory (P2P distance);
  * -EFAULT the range is not mapped or spans two mappings; -EDQUOT the range
  * would pin more than max_pinned_mib; -EBADF @fd is not open; -ENOTBLK @fd
- * is not a block device; -EINVAL size 0, a wrapping range, unknown flags, pad.
+ * is not a block device; -ENODEV no PCI device under @fd (a loop device, a
+ * RAM disk; a stacked device whose legs are all gone); -ELOOP, -E2BIG a
+ * stacked device more than 4 levels deep or over 32 legs (since 1.7);
+ * -EINVAL size 0, a wrapping range, unknown flags, pad.
  */
 struct p2pdirect_dma_probe {
 	__u64 addr;

@@ -12,7 +12,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 start=$(date +%s)
 res=$(mktemp -d)
-trap 'rm -rf "$res"; [ -z "${bg:-}" ] || kill "$bg" 2>/dev/null' EXIT
+# The background build runs in its own session: stopping the matrix stops
+# the whole build (make and its compilers), not only the loop around it.
+trap 'rm -rf "$res"; [ -z "${bg:-}" ] || kill -- -"$bg" 2>/dev/null' EXIT
 rc=0
 
 mapfile -t series < <(grep -v '^#' "$here/kernel-series.txt")
@@ -30,9 +32,11 @@ P2PDIRECT_KERNEL_SERIES=${series[0]} "$here/build-kernel.sh" >/dev/null || rc=1
 bg=""
 if [ ${#series[@]} -gt 1 ]; then
 	log "building the kernels of ${series[*]:1} in the background (log: $P2P_CACHE/bg-build.log)"
-	(for s in "${series[@]:1}"; do
-		P2PDIRECT_KERNEL_SERIES=$s nice -n 19 "$here/build-kernel.sh" >/dev/null || true
-	done) >"$P2P_CACHE/bg-build.log" 2>&1 &
+	setsid bash -c 'b=$1; shift
+		for s in "$@"; do
+			P2PDIRECT_KERNEL_SERIES=$s nice -n 19 "$b" >/dev/null || true
+		done' bg-build "$here/build-kernel.sh" "${series[@]:1}" \
+		>"$P2P_CACHE/bg-build.log" 2>&1 &
 	bg=$!
 fi
 

@@ -5,7 +5,7 @@
 # P2PDIRECT_KERNEL_SERIES (make's KVER) picks the kernel, P2PDIRECT_IOMMU=1
 # (make's IOMMU=1) the VM with an IOMMU; P2PDIRECT_SKIP_HOST=1 and
 # P2PDIRECT_SKIP_LINT=1 leave out the host tests and the lint (check-matrix.sh
-# runs them once per series).
+# runs the host tests once and the lint once per kernel series).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"

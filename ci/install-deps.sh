@@ -6,7 +6,7 @@ set -euo pipefail
 
 pkgs=(rustc-web rust-web-src rust-web-clippy libclang-19-dev clang-19 lld-19 llvm-19
       qemu-system-x86 busybox-static bc bison flex libelf-dev libssl-dev
-      cpio kmod xz-utils python3 gcc make librsvg2-bin e2fsprogs xfsprogs dmsetup)
+      cpio kmod xz-utils python3 gcc make librsvg2-bin e2fsprogs xfsprogs dmsetup liburing-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

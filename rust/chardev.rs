@@ -10,8 +10,12 @@ use crate::{
     error::refuse,
     ffi::{self, FileMapping},
     registration::{self, FileRegs},
-    sys::miscdev::OwnedMiscDevice,
+    sys::{
+        miscdev::{MiscUringCmd, OwnedMiscDevice},
+        uring_cmd::UringCmd,
+    },
 };
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
@@ -40,6 +44,18 @@ pub(crate) struct OpenFile {
     /// Registrations of this file (lock order: see registration).
     #[pin]
     regs: Mutex<FileRegs>,
+    /// io_uring commands of this file in flight.
+    uring_inflight: Arc<AtomicU32>,
+}
+
+/// A place among the io_uring commands a file may have in flight, held
+/// until the command completes.
+pub(crate) struct UringSlot(Arc<AtomicU32>);
+
+impl Drop for UringSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
 }
 
 impl OpenFile {
@@ -104,6 +120,18 @@ impl OpenFile {
         registration::query(&self.regs.lock(), id)
     }
 
+    /// A place for one more io_uring command in flight (`EBUSY` past
+    /// `P2PDIRECT_URING_MAX_INFLIGHT`).
+    pub(crate) fn uring_slot(&self) -> Result<UringSlot> {
+        let max = crate::ffi::uapi::P2PDIRECT_URING_MAX_INFLIGHT;
+        self.uring_inflight
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|_| EBUSY)?;
+        Ok(UringSlot(self.uring_inflight.clone()))
+    }
+
     /// P2PDIRECT_IOC_FREE: revokes the memory from every user at once and
     /// never waits (see devmem).
     pub(crate) fn free(&self, handle: u64) -> Result {
@@ -129,6 +157,7 @@ impl MiscDevice for OpenFile {
             try_pin_init!(OpenFile {
                 allocs <- new_mutex!(KVec::new()),
                 regs <- new_mutex!(FileRegs::new()),
+                uring_inflight: Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
             }),
             GFP_KERNEL,
         )
@@ -180,5 +209,11 @@ impl MiscDevice for OpenFile {
 
     fn ioctl(me: Pin<&OpenFile>, file: &File, cmd: u32, arg: usize) -> Result<isize> {
         crate::ioctl::dispatch(&me, file, cmd, arg)
+    }
+}
+
+impl MiscUringCmd for OpenFile {
+    fn uring_cmd(me: Pin<&OpenFile>, file: &File, cmd: &mut UringCmd) -> Result<i32> {
+        crate::ioctl::uring_cmd(&me, file, cmd)
     }
 }

@@ -9,15 +9,15 @@
 
 pub(crate) mod uapi;
 
-use crate::sys::blkdev::BlockDevice;
 pub(crate) use crate::sys::blkdev::DmaLeg;
+use crate::sys::{bio::BioPages, blkdev::BlockDevice};
 
 use core::ptr::NonNull;
 use kernel::{
     bindings,
     fs::File,
     mm::virt::VmaNew,
-    page::PAGE_SIZE,
+    page::{BorrowedPage, PAGE_SIZE},
     pci,
     prelude::*,
     transmute::{AsBytes, FromBytes},
@@ -28,7 +28,7 @@ use kernel::{
 // members (`pci_dev` embeds one); only the pointers cross, never the layout.
 #[allow(improper_ctypes)]
 mod shim {
-    use kernel::bindings::{address_space, bio, block_device, file, pci_dev, vm_area_struct};
+    use kernel::bindings::{address_space, block_device, file, page, pci_dev, vm_area_struct};
     use kernel::ffi::{c_int, c_void};
 
     extern "C" {
@@ -87,6 +87,11 @@ mod shim {
         pub(super) fn p2pdirect_pin_bounce(len: u64) -> *mut c_void;
         pub(super) fn p2pdirect_pin_len(pin: *mut c_void) -> u64;
         pub(super) fn p2pdirect_pin_offset(pin: *mut c_void) -> kernel::ffi::c_uint;
+        pub(super) fn p2pdirect_pin_page(
+            pin: *mut c_void,
+            off: u64,
+            in_page: *mut kernel::ffi::c_uint,
+        ) -> *mut page;
         pub(super) fn p2pdirect_pin_provider(pin: *mut c_void) -> u32;
         pub(super) fn p2pdirect_pin_copy(
             dst: *mut c_void,
@@ -104,34 +109,9 @@ mod shim {
         pub(super) fn p2pdirect_fput(f: *mut file);
         pub(super) fn p2pdirect_io_limits(f: *mut file, l: *mut super::Limits);
         pub(super) fn p2pdirect_io_bdev(f: *mut file) -> *mut block_device;
+        pub(super) fn p2pdirect_bdev_needs_writeback(f: *mut file, pos: u64, len: u64) -> bool;
         pub(super) fn p2pdirect_bdev_sync(f: *mut file, pos: u64, len: u64) -> c_int;
         pub(super) fn p2pdirect_bdev_invalidate(f: *mut file, pos: u64, len: u64);
-        pub(super) fn p2pdirect_storage_init() -> c_int;
-        pub(super) fn p2pdirect_storage_exit();
-        pub(super) fn p2pdirect_batch_alloc() -> *mut c_void;
-        pub(super) fn p2pdirect_bio_alloc(
-            f: *mut file,
-            write: bool,
-            pos: u64,
-            nr_vecs: kernel::ffi::c_uint,
-        ) -> *mut bio;
-        pub(super) fn p2pdirect_bio_add(
-            bio: *mut bio,
-            pin: *mut c_void,
-            off: u64,
-            len: kernel::ffi::c_uint,
-        ) -> bool;
-        pub(super) fn p2pdirect_bio_put(bio: *mut bio);
-        pub(super) fn p2pdirect_bio_rw_onstack(
-            f: *mut file,
-            pin: *mut c_void,
-            off: u64,
-            len: u32,
-            pos: u64,
-            write: bool,
-        ) -> c_int;
-        pub(super) fn p2pdirect_bio_submit(b: *mut c_void, bio: *mut bio, io_off: u64);
-        pub(super) fn p2pdirect_batch_wait(b: *mut c_void, error_off: *mut u64) -> c_int;
         pub(super) fn p2pdirect_file_rw(
             f: *mut file,
             pin: *mut c_void,
@@ -531,14 +511,6 @@ unsafe impl Send for PinRef {}
 unsafe impl Sync for PinRef {}
 
 impl PinRef {
-    /// Another reference to the same pages.
-    pub(crate) fn clone_ref(&self) -> Self {
-        // SAFETY: the pin is valid by the type invariant; this takes a reference.
-        unsafe { shim::p2pdirect_pin_get(self.0.as_ptr()) };
-        // INVARIANT: `p2pdirect_pin_get` took the reference the new value owns.
-        Self(self.0)
-    }
-
     /// `len` bytes of zeroed host memory (the COMPAT bounce buffer).
     pub(crate) fn bounce(len: u64) -> Result<Self> {
         // SAFETY: allocates pages; returns a pin with one reference, or ERR_PTR.
@@ -593,37 +565,31 @@ impl PinRef {
     }
 }
 
+impl BioPages for PinRef {
+    fn len(&self) -> u64 {
+        PinRef::len(self)
+    }
+
+    fn page_at(&self, off: u64) -> Option<(BorrowedPage<'_>, u32)> {
+        if off >= PinRef::len(self) {
+            return None;
+        }
+        let mut in_page = 0;
+        // SAFETY: the pin is valid (type invariant) and `off` inside it.
+        let page = unsafe { shim::p2pdirect_pin_page(self.0.as_ptr(), off, &mut in_page) };
+        // SAFETY: the pin holds the page (pinned or allocated) while it
+        // lives, so for as long as `self` is borrowed.
+        Some((
+            unsafe { BorrowedPage::from_raw(NonNull::new(page)?) },
+            in_page,
+        ))
+    }
+}
+
 impl Drop for PinRef {
     fn drop(&mut self) {
         // SAFETY: by the type invariant we own one reference; dropped once.
         unsafe { shim::p2pdirect_unpin(self.0.as_ptr()) };
-    }
-}
-
-/// The bio pool of the storage engine, set up at module init.
-///
-/// # Invariants
-///
-/// While this value lives, the shim's bio set is initialised; at most one
-/// exists (the module struct holds it).
-pub(crate) struct BioPool(());
-
-impl BioPool {
-    pub(crate) fn new() -> Result<Self> {
-        // SAFETY: called once, from module init, before the misc device that
-        // submits bios is registered.
-        kernel::error::to_result(unsafe { shim::p2pdirect_storage_init() })?;
-        // INVARIANT: the bio set was just initialised.
-        Ok(Self(()))
-    }
-}
-
-impl Drop for BioPool {
-    fn drop(&mut self) {
-        // SAFETY: the set is initialised (type invariant) and no bio is in
-        // flight: every I/O waits for its bios before its ioctl returns, and
-        // the misc device is gone before this field is dropped.
-        unsafe { shim::p2pdirect_storage_exit() };
     }
 }
 
@@ -681,14 +647,26 @@ impl IoFile {
         l
     }
 
-    /// The leaves under the block device and the PCI functions doing
-    /// their DMA (one, unless the device is stacked: md, NVMe multipath).
-    pub(crate) fn dma_legs(&self) -> Result<KVec<DmaLeg>> {
+    /// The block device the I/O goes to (a file's: its file system's).
+    pub(crate) fn bdev(&self) -> &BlockDevice {
         // SAFETY: the file is valid; the shim returns its block device.
         let bdev = unsafe { shim::p2pdirect_io_bdev(self.file.as_ptr()) };
         // SAFETY: the referenced file keeps the block device open (type
         // invariant) for as long as `self` is borrowed.
-        unsafe { BlockDevice::from_raw(bdev) }.dma_legs()
+        unsafe { BlockDevice::from_raw(bdev) }
+    }
+
+    /// The leaves under the block device and the PCI functions doing
+    /// their DMA (one, unless the device is stacked: md, NVMe multipath).
+    pub(crate) fn dma_legs(&self) -> Result<KVec<DmaLeg>> {
+        self.bdev().dma_legs()
+    }
+
+    /// Raw block devices: whether writing back cached data of the range
+    /// would have to wait.
+    pub(crate) fn bdev_needs_writeback(&self, pos: u64, len: u64) -> bool {
+        // SAFETY: the file is valid (type invariant).
+        unsafe { shim::p2pdirect_bdev_needs_writeback(self.file.as_ptr(), pos, len) }
     }
 
     /// Raw block devices: writes back cached dirty data of the range.
@@ -745,29 +723,6 @@ impl IoFile {
         Ok(r as u64)
     }
 
-    /// Raw block devices: moves `len` bytes at `pos` from or into `pin` at
-    /// `off` with one on-stack bio, if they fit one (`Ok(false)` if not:
-    /// nothing was done).
-    pub(crate) fn bio_onstack(
-        &self,
-        pin: &PinRef,
-        off: u64,
-        len: u32,
-        pos: u64,
-        write: bool,
-    ) -> Result<bool> {
-        // SAFETY: file and pin are valid; the shim checks the range against
-        // the pin and waits for the bio before returning.
-        let r = unsafe {
-            shim::p2pdirect_bio_rw_onstack(self.file.as_ptr(), pin.0.as_ptr(), off, len, pos, write)
-        };
-        if r == -(bindings::E2BIG as i32) {
-            return Ok(false);
-        }
-        kernel::error::to_result(r)?;
-        Ok(true)
-    }
-
     /// Files: bytes of `[pos, pos + len)` in holes or unwritten extents.
     pub(crate) fn hole_bytes(&self, pos: u64, len: u64) -> Result<u64> {
         // SAFETY: the file is valid.
@@ -783,105 +738,6 @@ impl Drop for IoFile {
     fn drop(&mut self) {
         // SAFETY: by the type invariant we own one reference.
         unsafe { shim::p2pdirect_fput(self.file.as_ptr()) };
-    }
-}
-
-/// The bios of one I/O into or out of one pin, completed together.
-///
-/// # Invariants
-///
-/// `raw` is a `struct p2pdirect_batch` owned here until `waited`: it is
-/// waited for and given back exactly once (by `wait`, else by `Drop`), after
-/// which no bio refers to it.
-/// Every bio submitted through it holds only pages of `pin`, on which the
-/// batch holds its own reference until its bios completed: even a forgotten
-/// batch cannot let the pages go while the device uses them.
-pub(crate) struct Batch {
-    raw: NonNull<kernel::ffi::c_void>,
-    pin: PinRef,
-    waited: bool,
-}
-
-impl Batch {
-    /// A batch of bios for pages of `pin`.
-    pub(crate) fn new(pin: &PinRef) -> Result<Self> {
-        // SAFETY: allocates a batch; NULL on failure.
-        let b = unsafe { shim::p2pdirect_batch_alloc() };
-        // INVARIANT: a fresh batch, owned here, with its own pin reference.
-        Ok(Self {
-            raw: NonNull::new(b).ok_or(ENOMEM)?,
-            pin: pin.clone_ref(),
-            waited: false,
-        })
-    }
-
-    /// Adds bytes `[off, off + len)` of the batch's pin (within one page) to
-    /// `bio`; `false` if the bio is full or the range is not inside one page.
-    pub(crate) fn add(&self, bio: &mut Bio, off: u64, len: u32) -> bool {
-        // SAFETY: bio and pin are valid; the shim checks the range.
-        unsafe { shim::p2pdirect_bio_add(bio.0.as_ptr(), self.pin.0.as_ptr(), off, len) }
-    }
-
-    /// Submits `bio`, which starts at byte `io_off` of the I/O.
-    pub(crate) fn submit(&self, bio: Bio, io_off: u64) {
-        let raw = bio.0.as_ptr();
-        core::mem::forget(bio);
-        // SAFETY: the batch is valid and not yet waited for; `raw` is an
-        // unsubmitted bio we own, handed to the block layer; its pages are
-        // the batch's pin's (only `add` adds pages), held until completion.
-        unsafe { shim::p2pdirect_bio_submit(self.raw.as_ptr(), raw, io_off) };
-    }
-
-    /// Waits for every bio. `Ok` if all succeeded, else the error of the
-    /// first failed bio and its byte offset in the I/O.
-    pub(crate) fn wait(mut self) -> core::result::Result<(), (Error, u64)> {
-        let mut off = 0u64;
-        // SAFETY: the batch is valid and not yet waited for (this consumes
-        // it); this waits for its bios and gives it back.
-        let r = unsafe { shim::p2pdirect_batch_wait(self.raw.as_ptr(), &mut off) };
-        // INVARIANT: given back; `Drop` only releases the pin reference now.
-        self.waited = true;
-        if r == 0 {
-            Ok(())
-        } else {
-            Err((Error::from_errno(r), off))
-        }
-    }
-}
-
-impl Drop for Batch {
-    fn drop(&mut self) {
-        if self.waited {
-            return;
-        }
-        let mut off = 0u64;
-        // SAFETY: an unwaited batch: wait for its bios (they point to it)
-        // and give it back; the pin reference goes after, with the fields.
-        unsafe { shim::p2pdirect_batch_wait(self.raw.as_ptr(), &mut off) };
-    }
-}
-
-/// An unsubmitted bio.
-///
-/// # Invariants
-///
-/// `0` is a bio from `p2pdirect_bio_alloc`, owned here until submitted.
-pub(crate) struct Bio(NonNull<bindings::bio>);
-
-impl Bio {
-    /// A bio for up to `nr_vecs` pages at byte `pos` of `file`'s block device.
-    pub(crate) fn new(file: &IoFile, write: bool, pos: u64, nr_vecs: u32) -> Result<Self> {
-        // SAFETY: the file is valid; the shim returns a bio or NULL.
-        let b = unsafe { shim::p2pdirect_bio_alloc(file.file.as_ptr(), write, pos, nr_vecs) };
-        // INVARIANT: a fresh bio, owned here.
-        NonNull::new(b).map(Self).ok_or(ENOMEM)
-    }
-}
-
-impl Drop for Bio {
-    fn drop(&mut self) {
-        // SAFETY: an unsubmitted bio we own.
-        unsafe { shim::p2pdirect_bio_put(self.0.as_ptr()) };
     }
 }
 

@@ -21,6 +21,7 @@ use crate::{
     error::{eremoteio, refuse},
     ffi::{self, uapi},
     peer_mem::{self, UserRange},
+    sys::uring_cmd::UringCmd,
 };
 use kernel::{
     fs::{file::flags, File},
@@ -304,6 +305,56 @@ fn io(me: &OpenFile, arg: usize, write: bool) -> Result<isize> {
     req.dma_pci_addr = done.dma_pci;
     ffi::copy_to_user(arg, &req)?;
     Ok(0)
+}
+
+/// io_uring READ and WRITE (`IORING_OP_URING_CMD`): the argument is read
+/// from the 128-byte SQE; the bytes go to the CQE (see the UAPI header).
+pub(crate) fn uring_cmd(me: &OpenFile, file: &File, cmd: &mut UringCmd) -> Result<i32> {
+    let write = match cmd.op() {
+        uapi::P2PDIRECT_URING_CMD_READ => false,
+        uapi::P2PDIRECT_URING_CMD_WRITE => true,
+        op => refuse!(ENOTTY, "io_uring command 0x{:08x} is unknown\n", op),
+    };
+    if file.flags() & flags::O_ACCMODE == flags::O_RDONLY {
+        refuse!(
+            EBADF,
+            "io_uring READ/WRITE needs /dev/p2pdirect opened for writing (O_RDWR)\n"
+        );
+    }
+    if cmd.cmd_flags() != 0 {
+        refuse!(
+            EINVAL,
+            "io_uring command flags 0x{:x} are not supported (memory is named by addr)\n",
+            cmd.cmd_flags()
+        );
+    }
+    let Some(area) = cmd.payload() else {
+        refuse!(
+            EINVAL,
+            "io_uring READ/WRITE needs a ring with 128-byte SQEs (IORING_SETUP_SQE128)\n"
+        );
+    };
+    let n = core::mem::size_of::<uapi::p2pdirect_uring_io>();
+    let arg = uapi::p2pdirect_uring_io::from_bytes_copy(&area[..n]).ok_or(EINVAL)?;
+    if area[n..].iter().any(|b| *b != 0) {
+        refuse!(
+            EINVAL,
+            "io_uring READ/WRITE: the reserved bytes after struct p2pdirect_uring_io must be 0\n"
+        );
+    }
+    crate::storage::submit_uring(
+        me,
+        &crate::storage::Request {
+            fd: arg.fd,
+            flags: arg.flags,
+            addr: arg.addr,
+            size: arg.size,
+            file_offset: arg.file_offset,
+            buf_offset: arg.buf_offset,
+            write,
+        },
+        cmd,
+    )
 }
 
 /// STATS: copies out what fits, counts all, resets on request.

@@ -73,7 +73,7 @@ struct P2pDirect {
     /// The built-in peer-memory clients.
     peer_clients: peer_clients::Builtins,
     /// The storage engine's bio pool.
-    bio_pool: ffi::BioPool,
+    bio_set: sys::bio::BioSet,
     /// Global state (peer-memory registry, statistics): set up first,
     /// torn down last.
     globals: ffi::Globals,
@@ -93,7 +93,7 @@ impl kernel::InPlaceModule for P2pDirect {
         try_pin_init!(Self {
             globals: ffi::Globals::init(),
             devmem: devmem::Globals::init()?,
-            bio_pool: ffi::BioPool::new()?,
+            bio_set: sys::bio::BioSet::new()?,
             peer_clients: peer_clients::Builtins::register()?,
             bar_driver <- driver::Registration::new(c"p2pdirect", module),
             published_unbind <- sys::pci_notify::PciUnbindNotifier::register(),

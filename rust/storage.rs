@@ -24,13 +24,24 @@
 //! the I/O let go (devmem's graveyard, reaped when the I/O ends).
 //!
 //! No lock is held across the I/O.
+//!
+//! io_uring (`submit_uring`): the same checks and accounting; a transfer
+//! on a raw block device runs asynchronously (an `AsyncBatch` owns what the
+//! bios use, and the last bio's completion hands it to task work that
+//! finishes the I/O and posts the CQE); the rest runs as above, in
+//! io_uring's worker.
 
 use crate::{
-    chardev::OpenFile,
+    chardev::{OpenFile, UringSlot},
     error::{eopnotsupp, eremoteio, refuse},
-    ffi::{self, uapi, Batch, Bio, IoFile, Limits, PciFunction, PinRef},
+    ffi::{self, uapi, IoFile, Limits, PciFunction, PinRef},
     peer_mem::{self, UserRange},
     stats::{Bdf, IoRecord, Key, Pinned},
+    sys::{
+        bio::{self, AsyncBatch, AsyncOwner, Batch, BuildBios},
+        blkdev::BlockDevice,
+        uring_cmd::{PendingCmd, TaskWork, UringCmd},
+    },
 };
 use kernel::{
     page::PAGE_SIZE,
@@ -86,7 +97,7 @@ struct Memory {
 }
 
 /// The statistics rows an I/O counts in, as far as it got to learn them.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Keys {
     provider: Option<u32>,
     block: Option<u32>,
@@ -96,14 +107,207 @@ struct Keys {
 pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
     let start = Instant::<Monotonic>::now();
     let mut keys = Keys::default();
-    let r = run_counted(me, req, &mut keys);
-    // The I/O's pin is gone: memory freed during it may be given back now.
+    let r = plan(me, req, &mut keys).and_then(|p| match p {
+        Planned::Done(d) => Ok(d),
+        Planned::Direct(d) => d.run(),
+    });
+    record(req.write, &keys, &r, start);
+    r
+}
+
+/// `res` and `big_cqe[0]` of an io_uring READ or WRITE (see the UAPI
+/// header). One I/O moves less than `MAX_RW_COUNT` bytes, so every count
+/// fits 32 bits.
+fn cqe(r: &Result<Done>) -> (i32, u64) {
+    match r {
+        Ok(d) => (
+            i32::try_from(d.bytes).unwrap_or(i32::MAX),
+            (d.p2p & 0xffff_ffff) | (d.bounced & 0xffff_ffff) << 32,
+        ),
+        Err(e) => (e.to_errno(), 0),
+    }
+}
+
+/// An io_uring READ or WRITE (`P2PDIRECT_URING_CMD_*`), with the checks and
+/// the accounting of the ioctls. A device-to-device transfer on a raw block
+/// device runs asynchronously: its bios are submitted here and the last
+/// one's completion posts the CQE (through task work, in the submitter's
+/// task). Everything else (files, the COMPAT bounce, and what the checks
+/// finish at once) runs synchronously, in io_uring's worker when the issue
+/// may not block.
+pub(crate) fn submit_uring(me: &OpenFile, req: &Request, cmd: &mut UringCmd) -> Result<i32> {
+    let slot = me.uring_slot().inspect_err(|_| {
+        if ffi::ratelimit() {
+            pr_info!(
+                "{}: {} io_uring commands of this /dev/p2pdirect file are in flight already\n",
+                op_name(req.write),
+                uapi::P2PDIRECT_URING_MAX_INFLIGHT
+            );
+        }
+    })?;
+    let raw_bdev = IoFile::from_fd(req.fd, req.write).is_ok_and(|f| f.is_bdev());
+    if !raw_bdev || req.flags & uapi::P2PDIRECT_IO_COMPAT != 0 {
+        if cmd.nonblock() {
+            return Err(EAGAIN);
+        }
+        let pending = cmd.queue().ok_or(EINVAL)?;
+        let (res, res2) = cqe(&run(me, req));
+        pending.complete_with(res, res2);
+        return Ok(0);
+    }
+    let start = Instant::<Monotonic>::now();
+    let mut keys = Keys::default();
+    let d = match plan(me, req, &mut keys) {
+        Ok(Planned::Direct(d)) if d.file.is_bdev() => d,
+        // The fd became another file since the check above: run it where
+        // it may block.
+        Ok(Planned::Direct(_)) if cmd.nonblock() => return Err(EAGAIN),
+        r => {
+            let r = r.and_then(|p| match p {
+                Planned::Done(d) => Ok(d),
+                Planned::Direct(d) => d.run(),
+            });
+            record(req.write, &keys, &r, start);
+            let (res, res2) = cqe(&r);
+            cmd.queue().ok_or(EINVAL)?.complete_with(res, res2);
+            return Ok(0);
+        }
+    };
+    // Dirty cached data of the range is written back first (`bdev_io`):
+    // where that would wait, the command goes to io_uring's worker.
+    if cmd.nonblock() && d.file.bdev_needs_writeback(d.pos, d.len) {
+        return Err(EAGAIN);
+    }
+    if let Err(e) = d.file.bdev_sync(d.pos, d.len) {
+        drop(d);
+        record(req.write, &keys, &Err(e), start);
+        return Err(e);
+    }
+    if d.write {
+        d.file.bdev_invalidate(d.pos, d.len);
+    }
+    let Direct {
+        file,
+        lim,
+        mem,
+        pos,
+        len,
+        write,
+        done,
+        _pinned: pinned,
+    } = d;
+    let first = mem.pages.page_offset();
+    let io = UringIo {
+        file,
+        lim,
+        off: mem.offset,
+        first,
+        pos,
+        len,
+        write,
+        done,
+        _pinned: pinned,
+        keys: keys.clone(),
+        start,
+        _slot: slot,
+        cmd: None,
+    };
+    let mut batch = match AsyncBatch::new(io, mem.pages, write) {
+        Ok(b) => b,
+        Err(e) => {
+            record(write, &keys, &Err(e), start);
+            return Err(e);
+        }
+    };
+    let Some(pending) = cmd.queue() else {
+        return Err(EINVAL);
+    };
+    batch.owner_mut().cmd = Some(pending);
+    AsyncBatch::launch(batch, |s| {
+        let (io, Some(pages)) = (s.owner(), s.pages()) else {
+            return (0, Some(EINVAL));
+        };
+        let span = Span {
+            pages,
+            off: io.off,
+            pos: io.pos,
+            len: io.len,
+            write: io.write,
+        };
+        build_bios(s, &io.lim, io.first, &span)
+    });
+    Ok(0)
+}
+
+/// An io_uring transfer on a raw block device while its bios are in
+/// flight (the batch holds the pages): what finishes it, the command, and
+/// what it counts.
+struct UringIo {
+    file: IoFile,
+    lim: Limits,
+    /// The I/O's start in the pages, and the pages' in their first page.
+    off: u64,
+    first: u64,
+    pos: u64,
+    len: u64,
+    write: bool,
+    done: Done,
+    _pinned: Option<Pinned>,
+    keys: Keys,
+    start: Instant<Monotonic>,
+    _slot: UringSlot,
+    /// Set before the bios go; taken by their completion, which always
+    /// finds it (the batch completes once).
+    cmd: Option<PendingCmd>,
+}
+
+// SAFETY: `PinRef`'s drop (unpin, DMA unmap, kvfree) may run in interrupt
+// context, as the block layer's own direct I/O releases user pages in bio
+// completion.
+unsafe impl AsyncOwner for UringIo {
+    type Pages = PinRef;
+    type Built = (u64, Option<Error>);
+
+    fn bdev(&self) -> &BlockDevice {
+        self.file.bdev()
+    }
+
+    fn completed(mut batch: KBox<AsyncBatch<Self>>) {
+        // Interrupt context: the rest runs in the submitter's task.
+        if let Some(cmd) = batch.owner_mut().cmd.take() {
+            cmd.complete(batch);
+        }
+    }
+}
+
+impl TaskWork for AsyncBatch<UringIo> {
+    fn run(self: KBox<Self>) -> (i32, u64) {
+        let bios = self.result();
+        let (io, built) = KBox::into_inner(self).into_parts();
+        let (queued, build_err) = built.unwrap_or((0, Some(EINVAL)));
+        // As `bdev_io`: a WRITE drops the range from the cache after its
+        // bios too, whatever became of them.
+        if io.write {
+            io.file.bdev_invalidate(io.pos, io.len);
+        }
+        let r = good_prefix(queued, build_err, bios)
+            .map(|bytes| moved(&io.file, io.write, io.done, bytes, 0));
+        let (write, keys, start) = (io.write, io.keys.clone(), io.start);
+        drop(io);
+        record(write, &keys, &r, start);
+        cqe(&r)
+    }
+}
+
+/// Counts a finished I/O (whose pins are gone: memory freed during it may
+/// be given back now).
+fn record(write: bool, keys: &Keys, r: &Result<Done>, start: Instant<Monotonic>) {
     crate::devmem::reap();
     let d = r.as_ref().copied().unwrap_or_default();
     ffi::stats().add(
         &[keys.provider.map(Key::Provider), keys.block.map(Key::Block)],
         &IoRecord {
-            write: req.write,
+            write,
             ok: r.is_ok(),
             bytes: d.bytes,
             p2p: d.p2p,
@@ -112,10 +316,66 @@ pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
             ns: u64::try_from(start.elapsed().as_nanos()).unwrap_or(0),
         },
     );
-    r
 }
 
-fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
+/// What the checks made of an I/O: done already (nothing to move, or
+/// bounced), or a transfer device to device still to run.
+enum Planned {
+    Done(Done),
+    Direct(Direct),
+}
+
+/// A checked transfer between the file and device memory, with everything
+/// it holds until it ends: the file, the pinned pages, their pin count.
+struct Direct {
+    file: IoFile,
+    lim: Limits,
+    mem: Memory,
+    pos: u64,
+    len: u64,
+    write: bool,
+    /// What is known before the transfer (the DMA device).
+    done: Done,
+    _pinned: Option<Pinned>,
+}
+
+impl Direct {
+    fn span(&self) -> Span<'_> {
+        Span {
+            pages: &self.mem.pages,
+            off: self.mem.offset,
+            pos: self.pos,
+            len: self.len,
+            write: self.write,
+        }
+    }
+
+    /// Moves the data and waits for it.
+    fn run(self) -> Result<Done> {
+        let (bytes, zeroed) = direct(&self.file, &self.lim, &self.span())?;
+        Ok(self.finish(bytes, zeroed))
+    }
+
+    /// The transfer moved `bytes`, `zeroed` of them by the CPU: sends the
+    /// file's event and lets go of the file and the memory.
+    fn finish(self, bytes: u64, zeroed: u64) -> Done {
+        moved(&self.file, self.write, self.done, bytes, zeroed)
+    }
+}
+
+/// What a transfer device to device that moved `bytes` (`zeroed` of them
+/// by the CPU) did, `done` saying the rest; sends the file's event.
+fn moved(file: &IoFile, write: bool, done: Done, bytes: u64, zeroed: u64) -> Done {
+    notify(file, bytes, write);
+    Done {
+        bytes,
+        zeroed,
+        p2p: bytes - zeroed,
+        ..done
+    }
+}
+
+fn plan(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Planned> {
     let known = uapi::P2PDIRECT_IO_REGISTERED | uapi::P2PDIRECT_IO_COMPAT;
     if req.flags & !known != 0 || req.size == 0 {
         return Err(EINVAL);
@@ -160,7 +420,7 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
             return if req.write {
                 Err(ENOSPC)
             } else {
-                Ok(Done::default())
+                Ok(Planned::Done(Done::default()))
             };
         }
         len = len.min(lim.size - req.file_offset);
@@ -171,7 +431,7 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
     let provider = mem.pages.provider();
     keys.provider = Some(provider);
     // A registration counts its pinned bytes itself.
-    let _pinned =
+    let pinned =
         (req.flags & uapi::P2PDIRECT_IO_REGISTERED == 0).then(|| Pinned::new(provider, len));
     // Every device that may DMA to the memory: the controller, or each leg
     // of a stacked device (an md array, an NVMe multipath head's paths).
@@ -217,24 +477,18 @@ fn run_counted(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Done> {
         done.bounced = bytes;
         done.zeroed = zeroed;
         notify(&file, bytes, req.write);
-        return Ok(done);
+        return Ok(Planned::Done(done));
     }
-    let (bytes, zeroed) = direct(
-        &file,
-        &lim,
-        &Span {
-            pages: &mem.pages,
-            off: mem.offset,
-            pos: req.file_offset,
-            len,
-            write: req.write,
-        },
-    )?;
-    done.bytes = bytes;
-    done.zeroed = zeroed;
-    done.p2p = bytes - zeroed;
-    notify(&file, bytes, req.write);
-    Ok(done)
+    Ok(Planned::Direct(Direct {
+        file,
+        lim,
+        mem,
+        pos: req.file_offset,
+        len,
+        write: req.write,
+        done,
+        _pinned: pinned,
+    }))
 }
 
 /// Raw block devices: the fsnotify event read(2)/write(2) send once data
@@ -452,14 +706,49 @@ fn bdev_bios(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
     // What fits one bio goes through one on-stack bio: no allocation.
     if bio_bytes(lim, (first + off) % page, len) == len {
         if let Ok(n) = u32::try_from(len) {
-            if file.bio_onstack(pages, off, n, pos, write)? {
+            if bio::rw_onstack(file.bdev(), pages, off, n, pos, write)? {
                 return Ok(len);
             }
         }
     }
-    let batch = Batch::new(pages)?;
+    let ((queued, build_err), bios) = Batch::run(file.bdev(), pages, write, |b| {
+        build_bios(b, lim, first, span)
+    });
+    good_prefix(queued, build_err, bios)
+}
+
+/// The bytes of the good prefix of an I/O whose bios covered `queued`
+/// bytes (building stopped with `build_err`, if it did) and ended with
+/// `bios` (the error of the first failed bio and its offset). An I/O that
+/// moved nothing fails with the first error.
+fn good_prefix(
+    queued: u64,
+    build_err: Option<Error>,
+    bios: core::result::Result<(), (Error, u64)>,
+) -> Result<u64> {
+    let good = match bios {
+        Ok(()) => queued,
+        Err((e, 0)) => return Err(e),
+        Err((_, at)) => at,
+    };
+    match build_err {
+        Some(e) if good == 0 => Err(e),
+        _ => Ok(good),
+    }
+}
+
+/// Builds and submits the bios of `span` through `batch` (whose pages are
+/// `span.pages`, which start `first` bytes into their first page). Returns
+/// the bytes queued and the error that stopped building early, if any.
+fn build_bios<B: BuildBios>(
+    batch: &B,
+    lim: &Limits,
+    first: u64,
+    span: &Span<'_>,
+) -> (u64, Option<Error>) {
+    let page = PAGE_SIZE as u64;
+    let (off, pos, len) = (span.off, span.pos, span.len);
     let mut queued = 0u64;
-    let mut build_err = None;
     while queued < len {
         let in_page = (first + off + queued) % page;
         let want = bio_bytes(lim, in_page, len - queued);
@@ -467,12 +756,9 @@ fn bdev_bios(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
         // inline vectors usually hold the whole bio; a full bio goes out as
         // it is and the next one takes the rest.
         let nr_vecs = (in_page + want).div_ceil(page).min(BIO_VECS);
-        let mut bio = match Bio::new(file, write, pos + queued, nr_vecs as u32) {
+        let mut bio = match batch.bio(pos + queued, nr_vecs as u16) {
             Ok(b) => b,
-            Err(e) => {
-                build_err = Some(e);
-                break;
-            }
+            Err(e) => return (queued, Some(e)),
         };
         let mut added = 0u64;
         while added < want {
@@ -485,23 +771,16 @@ fn bdev_bios(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
         }
         if added == 0 {
             // Not even one page fits an empty bio: cannot happen.
-            build_err = Some(EIO);
-            break;
+            return (queued, Some(EIO));
         }
         // Pieces end on page boundaries or at the I/O's end, all multiples
         // of the logical block size: a partial bio is still whole blocks.
-        batch.submit(bio, queued);
+        if let Err(e) = batch.submit(bio, queued) {
+            return (queued, Some(e));
+        }
         queued += added;
     }
-    let good = match batch.wait() {
-        Ok(()) => queued,
-        Err((e, 0)) => return Err(e),
-        Err((_, at)) => at,
-    };
-    match build_err {
-        Some(e) if good == 0 => Err(e),
-        _ => Ok(good),
-    }
+    (queued, None)
 }
 
 /// COMPAT: the device cannot reach the memory, so the data goes through a

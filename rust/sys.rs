@@ -4,7 +4,9 @@
 //! crate of Linux 7.2 does not cover, each shaped like a `rust/kernel/*.rs`
 //! file. They import only `kernel` and its bindings, never a domain module.
 
+pub(crate) mod bio;
 pub(crate) mod blkdev;
 pub(crate) mod miscdev;
 pub(crate) mod pci_notify;
+pub(crate) mod uring_cmd;
 pub(crate) mod vma;

@@ -376,6 +376,7 @@ run_checks() {
 	run_suite c-devmem /tests/devmem_test
 	run_suite c-peermem /tests/peermem_test
 	run_suite c-storage /tests/storage_test
+	run_suite c-uring /tests/uring_test
 	run_suite c-fault /tests/fault_test
 	stack_suites
 	for t in /tests/rust-*; do

@@ -8,6 +8,7 @@
 #include <linux/bio.h>
 #include <linux/blkdev.h>
 #include <linux/highmem.h>
+#include <linux/io_uring/cmd.h>
 #include <linux/kref.h>
 #include <linux/uio.h>
 #include <linux/delay.h>
@@ -439,7 +440,7 @@ struct p2pdirect_pin *p2pdirect_pin_bounce(u64 len)
 }
 
 /* The page holding byte @off of the pinned range, and the offset in it. */
-static struct page *pin_page(struct p2pdirect_pin *pin, u64 off, unsigned int *in_page)
+struct page *p2pdirect_pin_page(struct p2pdirect_pin *pin, u64 off, unsigned int *in_page)
 {
 	u64 abs = pin->offset + off;
 
@@ -468,8 +469,8 @@ void p2pdirect_pin_copy(struct p2pdirect_pin *dst, u64 dst_off, struct p2pdirect
 {
 	while (len) {
 		unsigned int doff, soff, n;
-		struct page *dp = pin_page(dst, dst_off, &doff);
-		struct page *sp = pin_page(src, src_off, &soff);
+		struct page *dp = p2pdirect_pin_page(dst, dst_off, &doff);
+		struct page *sp = p2pdirect_pin_page(src, src_off, &soff);
 		void *d, *s;
 
 		n = min3((u64)(PAGE_SIZE - doff), (u64)(PAGE_SIZE - soff), len);
@@ -680,6 +681,12 @@ void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
  * Raw block devices: what is cached of [pos, pos + len) must not hide the
  * bios' data. Before: write back dirty cache; after a write: drop the cache.
  */
+/* Whether writing back cached data of [pos, pos + len) would have to wait. */
+bool p2pdirect_bdev_needs_writeback(struct file *f, u64 pos, u64 len)
+{
+	return filemap_range_needs_writeback(f->f_mapping, pos, pos + len - 1);
+}
+
 int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len)
 {
 	return filemap_write_and_wait_range(f->f_mapping, pos, pos + len - 1);
@@ -689,190 +696,6 @@ void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len)
 {
 	invalidate_inode_pages2_range(f->f_mapping, pos >> PAGE_SHIFT,
 				      (pos + len - 1) >> PAGE_SHIFT);
-}
-
-/*
- * A batch of bios of one I/O, completed together. Each bio carries the byte
- * offset it starts at in the I/O, so that an error can be placed: the good
- * prefix is everything before the lowest failed offset.
- */
-struct p2pdirect_batch {
-	struct p2pdirect_batch *next;	/* in the free list */
-	atomic_t pending;	/* bios in flight, plus one for the submitter */
-	struct completion done;
-	spinlock_t lock;
-	int error;
-	u64 error_off;		/* lowest I/O offset of a failed bio */
-};
-
-struct p2pdirect_bio {
-	u64 io_off;
-	struct bio bio;		/* last: the bio_set's front pad ends here */
-};
-
-static struct bio_set p2pdirect_bio_set;
-
-/*
- * Batches are kept for reuse rather than freed: an allocation per I/O is a
- * measurable share of a small I/O's cost (more so with the debug kernel's
- * kmemleak and KASAN). At most one per concurrent I/O ever exists.
- */
-static DEFINE_SPINLOCK(p2pdirect_batches_lock);
-static struct p2pdirect_batch *p2pdirect_free_batches;
-
-int p2pdirect_storage_init(void)
-{
-	/* The per-CPU cache recycles small bios without going to the slab. */
-	return bioset_init(&p2pdirect_bio_set, 64, offsetof(struct p2pdirect_bio, bio),
-			   BIOSET_NEED_BVECS | BIOSET_PERCPU_CACHE);
-}
-
-void p2pdirect_storage_exit(void)
-{
-	while (p2pdirect_free_batches) {
-		struct p2pdirect_batch *b = p2pdirect_free_batches;
-
-		p2pdirect_free_batches = b->next;
-		kfree(b);
-	}
-	bioset_exit(&p2pdirect_bio_set);
-}
-
-struct p2pdirect_batch *p2pdirect_batch_alloc(void)
-{
-	struct p2pdirect_batch *b;
-
-	spin_lock(&p2pdirect_batches_lock);
-	b = p2pdirect_free_batches;
-	if (b)
-		p2pdirect_free_batches = b->next;
-	spin_unlock(&p2pdirect_batches_lock);
-	if (!b)
-		b = kzalloc_obj(*b, GFP_KERNEL);
-	if (!b)
-		return NULL;
-	b->next = NULL;
-	b->error = 0;
-	atomic_set(&b->pending, 1);
-	init_completion(&b->done);
-	spin_lock_init(&b->lock);
-	b->error_off = U64_MAX;
-	return b;
-}
-
-static void p2pdirect_bio_end(struct bio *bio)
-{
-	struct p2pdirect_bio *pb = container_of(bio, struct p2pdirect_bio, bio);
-	struct p2pdirect_batch *b = bio->bi_private;
-
-	if (bio->bi_status) {
-		unsigned long flags;
-
-		spin_lock_irqsave(&b->lock, flags);
-		if (pb->io_off < b->error_off) {
-			b->error_off = pb->io_off;
-			b->error = blk_status_to_errno(bio->bi_status);
-		}
-		spin_unlock_irqrestore(&b->lock, flags);
-	}
-	bio_put(bio);
-	if (atomic_dec_and_test(&b->pending))
-		complete(&b->done);
-}
-
-/* A bio for @nr_vecs pages at byte @pos of the block device behind @f. */
-struct bio *p2pdirect_bio_alloc(struct file *f, bool write, u64 pos, unsigned int nr_vecs)
-{
-	blk_opf_t opf = write ? REQ_OP_WRITE | REQ_SYNC | REQ_IDLE : REQ_OP_READ | REQ_SYNC;
-	struct bio *bio;
-
-	bio = bio_alloc_bioset(p2pdirect_io_bdev(f), nr_vecs, opf, GFP_KERNEL, &p2pdirect_bio_set);
-	if (bio)
-		bio->bi_iter.bi_sector = pos >> SECTOR_SHIFT;
-	return bio;
-}
-
-/* Adds bytes [off, off + len) of @pin (within one page); false if full. */
-bool p2pdirect_bio_add(struct bio *bio, struct p2pdirect_pin *pin, u64 off, unsigned int len)
-{
-	unsigned int in_page;
-	struct page *page = pin_page(pin, off, &in_page);
-
-	if (in_page + len > PAGE_SIZE || off + len > pin->len)
-		return false;
-	return bio_add_page(bio, page, len, in_page) == len;
-}
-
-/*
- * An I/O that fits one bio of P2PDIRECT_STACK_VECS segments: an on-stack bio,
- * submitted and waited for here, with no allocation at all (the block
- * layer's own simple direct I/O does the same). Returns 0, -E2BIG if the
- * pages do not fit (the caller then builds bios the general way), or the
- * I/O's -errno.
- */
-#define P2PDIRECT_STACK_VECS 8
-int p2pdirect_bio_rw_onstack(struct file *f, struct p2pdirect_pin *pin, u64 off, u32 len,
-			     u64 pos, bool write)
-{
-	blk_opf_t opf = write ? REQ_OP_WRITE | REQ_SYNC | REQ_IDLE : REQ_OP_READ | REQ_SYNC;
-	struct bio_vec vecs[P2PDIRECT_STACK_VECS];
-	struct bio bio;
-	u32 done = 0;
-	int ret;
-
-	if (off + len > pin->len)
-		return -EINVAL;
-	bio_init(&bio, p2pdirect_io_bdev(f), vecs, ARRAY_SIZE(vecs), opf);
-	bio.bi_iter.bi_sector = pos >> SECTOR_SHIFT;
-	while (done < len) {
-		unsigned int in_page;
-		struct page *page = pin_page(pin, off + done, &in_page);
-		u32 n = min_t(u32, PAGE_SIZE - in_page, len - done);
-
-		if (bio_add_page(&bio, page, n, in_page) != n) {
-			bio_uninit(&bio);
-			return -E2BIG;
-		}
-		done += n;
-	}
-	ret = submit_bio_wait(&bio);
-	bio_uninit(&bio);
-	return ret;
-}
-
-void p2pdirect_bio_put(struct bio *bio)
-{
-	bio_put(bio);
-}
-
-/* Submits @bio, which starts at byte @io_off of the I/O, as part of @b. */
-void p2pdirect_bio_submit(struct p2pdirect_batch *b, struct bio *bio, u64 io_off)
-{
-	container_of(bio, struct p2pdirect_bio, bio)->io_off = io_off;
-	bio->bi_private = b;
-	bio->bi_end_io = p2pdirect_bio_end;
-	atomic_inc(&b->pending);
-	submit_bio(bio);
-}
-
-/*
- * Waits for every bio of @b and puts it back on the free list. Returns 0 or
- * the error of the first failed bio, whose I/O offset goes to *error_off
- * (else U64_MAX).
- */
-int p2pdirect_batch_wait(struct p2pdirect_batch *b, u64 *error_off)
-{
-	int err;
-
-	if (!atomic_dec_and_test(&b->pending))
-		wait_for_completion_io(&b->done);
-	err = b->error;
-	*error_off = b->error_off;
-	spin_lock(&p2pdirect_batches_lock);
-	b->next = p2pdirect_free_batches;
-	p2pdirect_free_batches = b;
-	spin_unlock(&p2pdirect_batches_lock);
-	return err;
 }
 
 /*
@@ -897,7 +720,7 @@ ssize_t p2pdirect_file_rw(struct file *f, struct p2pdirect_pin *pin, u64 off, u6
 		return -ENOMEM;
 	for (done = 0; done < len; n++) {
 		unsigned int in_page;
-		struct page *page = pin_page(pin, off + done, &in_page);
+		struct page *page = p2pdirect_pin_page(pin, off + done, &in_page);
 		unsigned int l = min_t(u64, PAGE_SIZE - in_page, len - done);
 
 		bvec_set_page(&bv[n], page, l, in_page);
@@ -948,4 +771,80 @@ s64 p2pdirect_file_hole_bytes(struct file *f, u64 pos, u64 len)
 	}
 	fput(c);
 	return holes;
+}
+
+/* --- io_uring commands (static inlines and the task-work trampoline) ---- */
+
+/* What a command in flight keeps in its pdu. */
+struct p2pdirect_uring_pdu {
+	void *ctx;
+	int (*cb)(struct io_uring_cmd *cmd, void *ctx, u64 *res2);	/* NULL: post res */
+	u64 res2;
+	int res;
+	bool cqe32;
+};
+
+static_assert(sizeof(struct p2pdirect_uring_pdu) <= sizeof_field(struct io_uring_cmd, pdu));
+
+struct file *p2pdirect_uring_file(struct io_uring_cmd *cmd)
+{
+	return cmd->file;
+}
+
+u32 p2pdirect_uring_op(struct io_uring_cmd *cmd)
+{
+	return cmd->cmd_op;
+}
+
+/* The IORING_URING_CMD_* flags the submitter set (not io_uring's own). */
+u32 p2pdirect_uring_cmd_flags(struct io_uring_cmd *cmd)
+{
+	return cmd->flags & IORING_URING_CMD_MASK;
+}
+
+/* The SQE's command area (80 bytes) with 128-byte SQEs, else NULL. */
+const void *p2pdirect_uring_sqe_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
+{
+	return issue_flags & IO_URING_F_SQE128 ? cmd->sqe->cmd : NULL;
+}
+
+bool p2pdirect_uring_nonblock(unsigned int issue_flags)
+{
+	return issue_flags & IO_URING_F_NONBLOCK;
+}
+
+bool p2pdirect_uring_cqe32(unsigned int issue_flags)
+{
+	return issue_flags & IO_URING_F_CQE32;
+}
+
+static void p2pdirect_uring_tw(struct io_tw_req tw_req, io_tw_token_t tw)
+{
+	struct io_uring_cmd *cmd = io_uring_cmd_from_tw(tw_req);
+	struct p2pdirect_uring_pdu *pdu = io_uring_cmd_to_pdu(cmd, struct p2pdirect_uring_pdu);
+	u64 res2 = pdu->res2;
+	int ret = pdu->cb ? pdu->cb(cmd, pdu->ctx, &res2) : pdu->res;
+
+	if (pdu->cqe32)
+		io_uring_cmd_done32(cmd, ret, res2, IO_URING_CMD_TASK_WORK_ISSUE_FLAGS);
+	else
+		io_uring_cmd_done(cmd, ret, IO_URING_CMD_TASK_WORK_ISSUE_FLAGS);
+}
+
+/*
+ * Runs @cb in the submitter's task and posts what it returns, or with a NULL
+ * @cb posts @res and @res2 (any context).
+ */
+void p2pdirect_uring_complete_in_task(struct io_uring_cmd *cmd,
+				      int (*cb)(struct io_uring_cmd *, void *, u64 *),
+				      void *ctx, int res, u64 res2, bool cqe32)
+{
+	struct p2pdirect_uring_pdu *pdu = io_uring_cmd_to_pdu(cmd, struct p2pdirect_uring_pdu);
+
+	pdu->ctx = ctx;
+	pdu->cb = cb;
+	pdu->res = res;
+	pdu->res2 = res2;
+	pdu->cqe32 = cqe32;
+	io_uring_cmd_complete_in_task(cmd, p2pdirect_uring_tw);
 }

@@ -11,8 +11,6 @@
 #include <linux/pci.h>
 
 struct p2pdirect_pin;
-struct p2pdirect_batch;
-struct bio;
 
 /* What the bio builder needs to know about a block device. */
 struct p2pdirect_limits {
@@ -64,6 +62,7 @@ void p2pdirect_unpin(struct p2pdirect_pin *pin);
 struct p2pdirect_pin *p2pdirect_pin_get(struct p2pdirect_pin *pin);
 struct p2pdirect_pin *p2pdirect_pin_bounce(u64 len);
 u64 p2pdirect_pin_len(struct p2pdirect_pin *pin);
+struct page *p2pdirect_pin_page(struct p2pdirect_pin *pin, u64 off, unsigned int *in_page);
 unsigned int p2pdirect_pin_offset(struct p2pdirect_pin *pin);
 u32 p2pdirect_pin_provider(struct p2pdirect_pin *pin);
 void p2pdirect_pin_copy(struct p2pdirect_pin *dst, u64 dst_off, struct p2pdirect_pin *src,
@@ -75,20 +74,22 @@ struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev);
 void p2pdirect_fput(struct file *f);
 void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l);
 struct block_device *p2pdirect_io_bdev(struct file *f);
+bool p2pdirect_bdev_needs_writeback(struct file *f, u64 pos, u64 len);
 int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len);
 void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len);
-int p2pdirect_storage_init(void);
-void p2pdirect_storage_exit(void);
-struct p2pdirect_batch *p2pdirect_batch_alloc(void);
-struct bio *p2pdirect_bio_alloc(struct file *f, bool write, u64 pos, unsigned int nr_vecs);
-bool p2pdirect_bio_add(struct bio *bio, struct p2pdirect_pin *pin, u64 off, unsigned int len);
-void p2pdirect_bio_put(struct bio *bio);
-int p2pdirect_bio_rw_onstack(struct file *f, struct p2pdirect_pin *pin, u64 off, u32 len,
-			     u64 pos, bool write);
-void p2pdirect_bio_submit(struct p2pdirect_batch *b, struct bio *bio, u64 io_off);
-int p2pdirect_batch_wait(struct p2pdirect_batch *b, u64 *error_off);
 ssize_t p2pdirect_file_rw(struct file *f, struct p2pdirect_pin *pin, u64 off, u64 len,
 			  u64 pos, bool write);
 s64 p2pdirect_file_hole_bytes(struct file *f, u64 pos, u64 len);
+
+struct io_uring_cmd;
+struct file *p2pdirect_uring_file(struct io_uring_cmd *cmd);
+u32 p2pdirect_uring_op(struct io_uring_cmd *cmd);
+u32 p2pdirect_uring_cmd_flags(struct io_uring_cmd *cmd);
+const void *p2pdirect_uring_sqe_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
+bool p2pdirect_uring_nonblock(unsigned int issue_flags);
+bool p2pdirect_uring_cqe32(unsigned int issue_flags);
+void p2pdirect_uring_complete_in_task(struct io_uring_cmd *cmd,
+				      int (*cb)(struct io_uring_cmd *, void *, u64 *),
+				      void *ctx, int res, u64 res2, bool cqe32);
 
 #endif /* P2PDIRECT_SHIM_H */

@@ -38,6 +38,7 @@ uapi_pod!(
     p2pdirect_io,
     p2pdirect_stat,
     p2pdirect_stats,
+    p2pdirect_uring_io,
 );
 
 // No implicit padding: each size is the sum of its fields.
@@ -56,4 +57,5 @@ const _: () = {
     assert!(size_of::<p2pdirect_io>() == 4 + 4 + 8 * 8 + 4 + 4);
     assert!(size_of::<p2pdirect_stat>() == 4 + 4 + 12 * 8);
     assert!(size_of::<p2pdirect_stats>() == 8 + 4 * 4);
+    assert!(size_of::<p2pdirect_uring_io>() == 4 + 4 + 4 * 8);
 };

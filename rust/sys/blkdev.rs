@@ -58,6 +58,11 @@ impl BlockDevice {
         unsafe { &*ptr.cast() }
     }
 
+    /// The `struct block_device`, for the C functions that take it.
+    pub(crate) fn as_raw(&self) -> *mut bindings::block_device {
+        self.0.get()
+    }
+
     fn device(&self) -> &Device {
         // SAFETY: an open block device's `bd_device` is a registered device
         // that lives at least as long as the block device (type invariant).

@@ -172,16 +172,6 @@ static void sleep_ms(unsigned int ms)
 	usleep(ms * 1000);
 }
 
-/* Bytes of @p that differ from the fill pattern at @pos with @seed. */
-static __u64 fill_diff(const __u8 *p, __u64 len, __u64 pos, __u64 seed)
-{
-	__u64 bad = 0;
-
-	for (__u64 i = 0; i < len; i++)
-		bad += p[i] != fill_byte(pos + i, seed);
-	return bad;
-}
-
 static __u64 nonzero(const __u8 *p, __u64 len)
 {
 	__u64 n = 0;

@@ -167,6 +167,16 @@ static inline uint8_t fill_byte(uint64_t o, uint64_t seed)
 	return (uint8_t)(fill_word(o >> 3, seed) >> (8 * (o & 7)));
 }
 
+/* Bytes of @p that differ from the fill pattern at @pos with @seed. */
+static inline uint64_t fill_diff(const uint8_t *p, uint64_t len, uint64_t pos, uint64_t seed)
+{
+	uint64_t bad = 0;
+
+	for (uint64_t i = 0; i < len; i++)
+		bad += p[i] != fill_byte(pos + i, seed);
+	return bad;
+}
+
 /* Writes fill bytes @pos .. @pos + @len - 1 for seed @seed to @p. */
 static inline void fill_buf(void *p, size_t len, uint64_t pos, uint64_t seed)
 {

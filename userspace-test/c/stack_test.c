@@ -114,15 +114,6 @@ static int io(struct _test_data_stk *self, int write, int fd, __u32 flags, __u64
 	return ret ? -errno : 0;
 }
 
-static __u64 fill_diff(const __u8 *p, __u64 len, __u64 pos, __u64 seed)
-{
-	__u64 bad = 0;
-
-	for (__u64 i = 0; i < len; i++)
-		bad += p[i] != fill_byte(pos + i, seed);
-	return bad;
-}
-
 static void rec_gpu_fill(struct _test_data_stk *self, __u64 boff, __u64 len, __u64 seed,
 			 __u64 pos)
 {

@@ -117,16 +117,6 @@ static int rw(int dev, bool write, int fd, __u32 flags, __u64 addr, __u64 size, 
 	return r;
 }
 
-/* Bytes of @p that differ from the fill pattern at @pos with @seed. */
-static __u64 fill_diff(const __u8 *p, __u64 len, __u64 pos, __u64 seed)
-{
-	__u64 bad = 0;
-
-	for (__u64 i = 0; i < len; i++)
-		bad += p[i] != fill_byte(pos + i, seed);
-	return bad;
-}
-
 static __u64 nonzero(const __u8 *p, __u64 len)
 {
 	__u64 n = 0;

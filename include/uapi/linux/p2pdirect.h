@@ -36,6 +36,9 @@
  * open file, and any mapping of device memory (which holds its file), holds
  * the module: rmmod fails ("in use") until the last one is gone.
  *
+ * ABI 1.8 adds asynchronous READ and WRITE through io_uring
+ * (P2PDIRECT_URING_CMD_READ/WRITE, struct p2pdirect_uring_io below).
+ *
  * ABI 1.7 (no new command, same structs): READ, WRITE and DMA_PROBE accept
  * stacked block devices. An md array or an NVMe native multipath head does
  * its DMA through its legs (paths), so every leg's controller must reach the
@@ -58,7 +61,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 7
+#define P2PDIRECT_ABI_MINOR 8
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -496,5 +499,66 @@ struct p2pdirect_stats {
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 9, struct p2pdirect_io)
 #define P2PDIRECT_IOC_STATS \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 10, struct p2pdirect_stats)
+
+/**
+ * struct p2pdirect_uring_io - READ or WRITE submitted through io_uring
+ * (since ABI 1.8)
+ * @fd: as struct p2pdirect_io
+ * @flags: as struct p2pdirect_io
+ * @addr: as struct p2pdirect_io
+ * @size: as struct p2pdirect_io
+ * @file_offset: as struct p2pdirect_io
+ * @buf_offset: as struct p2pdirect_io
+ *
+ * An io_uring SQE with opcode IORING_OP_URING_CMD, fd the /dev/p2pdirect
+ * file, cmd_op P2PDIRECT_URING_CMD_READ or P2PDIRECT_URING_CMD_WRITE, and
+ * this struct inline in the SQE's command area, which needs 128-byte SQEs
+ * (a ring set up with IORING_SETUP_SQE128; else -EINVAL). The kernel reads
+ * the struct once, at submission. The 40 bytes of the command area after
+ * it are reserved and must be zero, and sqe->uring_cmd_flags must be 0
+ * (no IORING_URING_CMD_FIXED: memory is named by @addr, as for the ioctls).
+ *
+ * The same checks, flags and errors as P2PDIRECT_IOC_READ/WRITE hold (the
+ * fd is looked up in the submitting process; the open mode of the
+ * /dev/p2pdirect file applies as for the ioctls: -EBADF on O_RDONLY), plus:
+ *  -EINVAL  the ring does not use 128-byte SQEs, reserved bytes not zero,
+ *           uring_cmd_flags set;
+ *  -EBUSY   the /dev/p2pdirect file already has
+ *           P2PDIRECT_URING_MAX_INFLIGHT commands in flight.
+ *
+ * Completion: cqe->res is the number of bytes moved (short at the end of a
+ * block device or file, and after a failed part, as the ioctls) or -errno.
+ * With 32-byte CQEs (IORING_SETUP_CQE32), big_cqe[0] holds the counts the
+ * ioctls return in struct p2pdirect_io: bits 0-31 p2p_bytes, bits 32-63
+ * bounce_bytes (one I/O moves less than 2 GiB); zeroed_bytes is bytes -
+ * p2p_bytes - bounce_bytes unless the I/O bounced, and is counted in STATS
+ * either way; big_cqe[1] is 0.
+ *
+ * Raw block devices (without COMPAT) complete asynchronously: the bios are
+ * submitted at submission time and their completion posts the CQE, with
+ * no thread per I/O. Regular files and P2PDIRECT_IO_COMPAT run the
+ * synchronous path in one of io_uring's worker threads (ABI 1.8). An I/O
+ * in flight holds its memory like an ioctl does: FREE, DEREGISTER, close
+ * and process exit revoke the mapping at once, and the memory is reused
+ * only after the I/O completed. Commands cannot be cancelled; ring
+ * teardown waits for them (they end when their bios do).
+ */
+struct p2pdirect_uring_io {
+	__s32 fd;
+	__u32 flags;
+	__u64 addr;
+	__u64 size;
+	__u64 file_offset;
+	__u64 buf_offset;
+};
+
+/* At most this many io_uring commands in flight per open /dev/p2pdirect file. */
+#define P2PDIRECT_URING_MAX_INFLIGHT 256
+
+/* cmd_op of IORING_OP_URING_CMD (not ioctls: -ENOTTY through ioctl(2)) */
+#define P2PDIRECT_URING_CMD_READ \
+	_IOW(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 16, struct p2pdirect_uring_io)
+#define P2PDIRECT_URING_CMD_WRITE \
+	_IOW(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 17, struct p2pdirect_uring_io)
 
 #endif /* _UAPI_LINUX_P2PDIRECT_H */

@@ -13,6 +13,7 @@ use std::{
 };
 
 pub mod sys;
+pub mod uring;
 
 /// Where the module's misc device appears.
 pub const DEVICE_PATH: &str = "/dev/p2pdirect";
@@ -443,13 +444,7 @@ impl Device {
     }
 
     fn io(&self, cmd: u32, io: &Io) -> io::Result<IoDone> {
-        let (addr, mut flags) = match io.memory {
-            Memory::Pointer(p) => (p as u64, 0),
-            Memory::Registered(id) => (id, sys::P2PDIRECT_IO_REGISTERED),
-        };
-        if io.compat {
-            flags |= sys::P2PDIRECT_IO_COMPAT;
-        }
+        let (addr, flags) = io.addr_flags();
         let mut req = sys::p2pdirect_io {
             fd: io.fd,
             flags,
@@ -544,6 +539,22 @@ pub struct Io {
     pub buf_offset: u64,
     /// Bounce through host memory when the device cannot reach the memory.
     pub compat: bool,
+}
+
+impl Io {
+    /// The `addr` and `flags` fields of the command's argument.
+    fn addr_flags(&self) -> (u64, u32) {
+        let (addr, flags) = match self.memory {
+            Memory::Pointer(p) => (p as u64, 0),
+            Memory::Registered(id) => (id, sys::P2PDIRECT_IO_REGISTERED),
+        };
+        let compat = if self.compat {
+            sys::P2PDIRECT_IO_COMPAT
+        } else {
+            0
+        };
+        (addr, flags | compat)
+    }
 }
 
 /// What a READ or WRITE did.

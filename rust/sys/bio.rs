@@ -1,0 +1,672 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Bios over pages a driver holds, submitted in batches that complete
+//! together.
+//!
+//! C header: [`include/linux/bio.h`](srctree/include/linux/bio.h)
+//!
+//! - [`BioSet`]: the module's bio set (bios with a front pad that carries the
+//!   bio's byte offset in its I/O; the per-CPU cache recycles small bios).
+//! - [`Batch`]: the bios of one I/O into or out of one [`BioPages`]. Only the
+//!   batch creates its bios ([`Batch::bio`]), adds its pages to them and
+//!   submits them; the batch waits for all of them before it goes (in
+//!   [`Batch::wait`] or its `Drop`), so no bio outlives it or its pages.
+//!   Completion runs in the bio's `bi_end_io` (any context) and touches only
+//!   atomics and a completion.
+//! - [`rw_onstack`]: an I/O that fits one bio, on the stack, with no
+//!   allocation at all.
+
+use core::{
+    cell::Cell,
+    marker::{PhantomData, PhantomPinned},
+    mem::offset_of,
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering},
+};
+use kernel::{
+    bindings, error::to_result, ffi::c_void, page::BorrowedPage, prelude::*, types::Opaque,
+};
+
+use super::blkdev::BlockDevice;
+
+/// Pages a bio may carry: a byte range held (pinned, or owned) for at least
+/// as long as the value lives.
+pub(crate) trait BioPages {
+    /// Bytes of the range.
+    fn len(&self) -> u64;
+
+    /// The page holding byte `off` of the range and the offset of that byte
+    /// in it; `None` if `off` is outside the range.
+    fn page_at(&self, off: u64) -> Option<(BorrowedPage<'_>, u32)>;
+}
+
+/// A bio of a [`Batch`] as the bio set allocates it: the front pad carries
+/// the bio's byte offset in its I/O.
+#[repr(C)]
+struct PaddedBio {
+    io_off: u64,
+    bio: bindings::bio,
+}
+
+/// `BioSet` states.
+const SET_UNUSED: u8 = 0;
+const SET_BUSY: u8 = 1;
+const SET_READY: u8 = 2;
+
+/// The bio set the [`BioSet`] token owns.
+struct SetSlot {
+    set: Opaque<bindings::bio_set>,
+    state: AtomicU8,
+}
+
+// SAFETY: the bio set is initialised and torn down by the one `BioSet`
+// token (guarded by `state`); in between, `bio_alloc_bioset` may use it from
+// any thread (it has its own locking).
+unsafe impl Sync for SetSlot {}
+
+static SET: SetSlot = SetSlot {
+    set: Opaque::zeroed(),
+    state: AtomicU8::new(SET_UNUSED),
+};
+
+/// Ownership of the module's bio set.
+///
+/// # Invariants
+///
+/// While the token lives, `SET.set` is an initialised bio set and
+/// `SET.state` is `SET_READY`; at most one token exists.
+pub(crate) struct BioSet(());
+
+impl BioSet {
+    /// Sets the bio set up (`EBUSY` if a token already exists).
+    pub(crate) fn new() -> Result<Self> {
+        SET.state
+            .compare_exchange(SET_UNUSED, SET_BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .map_err(|_| EBUSY)?;
+        // SAFETY: `state` went from unused to busy here, so nothing else uses
+        // the slot. A pool of 64 bios keeps I/O going under memory pressure.
+        let r = to_result(unsafe {
+            bindings::bioset_init(
+                SET.set.get(),
+                64,
+                offset_of!(PaddedBio, bio) as u32,
+                (bindings::BIOSET_NEED_BVECS | bindings::BIOSET_PERCPU_CACHE) as i32,
+            )
+        });
+        if let Err(e) = r {
+            SET.state.store(SET_UNUSED, Ordering::Release);
+            return Err(e);
+        }
+        SET.state.store(SET_READY, Ordering::Release);
+        // INVARIANT: initialised and ready; the only token.
+        Ok(Self(()))
+    }
+}
+
+impl Drop for BioSet {
+    fn drop(&mut self) {
+        SET.state.store(SET_BUSY, Ordering::Release);
+        // SAFETY: the set is initialised (type invariant). No bio of it is in
+        // flight: every batch waits for its bios before it goes, and the
+        // token is dropped only after every user of the set (the misc device
+        // and its files hold the module) is gone.
+        unsafe { bindings::bioset_exit(SET.set.get()) };
+        SET.state.store(SET_UNUSED, Ordering::Release);
+    }
+}
+
+/// `bi_opf` of a READ or WRITE the caller waits for.
+fn opf(write: bool) -> bindings::blk_opf_t {
+    let sync = 1 << bindings::req_flag_bits___REQ_SYNC;
+    if write {
+        bindings::req_op_REQ_OP_WRITE | sync | 1 << bindings::req_flag_bits___REQ_IDLE
+    } else {
+        bindings::req_op_REQ_OP_READ | sync
+    }
+}
+
+/// Adds bytes `[off, off + len)` of `pages` (within one page) to `bio`;
+/// `false` if they are not inside one page of the range or the bio is full.
+///
+/// # Safety
+///
+/// `bio` is a valid bio the caller owns and has not submitted.
+unsafe fn add_range<P: BioPages>(bio: *mut bindings::bio, pages: &P, off: u64, len: u32) -> bool {
+    let Some((page, in_page)) = pages.page_at(off) else {
+        return false;
+    };
+    let inside = off
+        .checked_add(u64::from(len))
+        .is_some_and(|e| e <= pages.len());
+    if !inside || in_page as usize + len as usize > kernel::page::PAGE_SIZE {
+        return false;
+    }
+    // SAFETY: `bio` is valid and unsubmitted (caller); the page is valid while
+    // `pages` lives, which the caller's batch (or on-stack bio) outlives.
+    unsafe { bindings::bio_add_page(bio, page.as_ptr(), len, in_page) == len as i32 }
+}
+
+/// The bio's starting sector for byte `pos`.
+fn sector(pos: u64) -> bindings::sector_t {
+    pos >> bindings::SECTOR_SHIFT
+}
+
+/// Moves `len` bytes at byte `pos` of `bdev` from or into `pages` at `off`
+/// with one bio on the stack (no allocation), if the pages fit its eight
+/// segments. `Ok(false)` if they do not: nothing was done.
+pub(crate) fn rw_onstack<P: BioPages>(
+    bdev: &BlockDevice,
+    pages: &P,
+    off: u64,
+    len: u32,
+    pos: u64,
+    write: bool,
+) -> Result<bool> {
+    const VECS: usize = 8;
+    if off
+        .checked_add(u64::from(len))
+        .is_none_or(|e| e > pages.len())
+    {
+        return Err(EINVAL);
+    }
+    let mut vecs = [const { core::mem::MaybeUninit::<bindings::bio_vec>::uninit() }; VECS];
+    let mut bio = core::mem::MaybeUninit::<bindings::bio>::uninit();
+    let bio = bio.as_mut_ptr();
+    // SAFETY: `bio` and `vecs` are ours, on the stack, and live until
+    // `bio_uninit` below; `bio_init` initialises the bio for `VECS` vectors.
+    unsafe {
+        bindings::bio_init(
+            bio,
+            bdev.as_raw(),
+            vecs.as_mut_ptr().cast(),
+            VECS as u16,
+            opf(write),
+        );
+        (*bio).bi_iter.bi_sector = sector(pos);
+    }
+    let mut done = 0u32;
+    while done < len {
+        let at = off + u64::from(done);
+        let in_page = pages.page_at(at).map_or(0, |(_, o)| o);
+        let n = (kernel::page::PAGE_SIZE as u32 - in_page).min(len - done);
+        // SAFETY: the bio is initialised, ours and unsubmitted.
+        if !unsafe { add_range(bio, pages, at, n) } {
+            // SAFETY: initialised above, never submitted.
+            unsafe { bindings::bio_uninit(bio) };
+            return Ok(false);
+        }
+        done += n;
+    }
+    // SAFETY: the bio is complete; `submit_bio_wait` returns after its
+    // completion, so the stack it lives on and the pages outlive it.
+    let r = unsafe { bindings::submit_bio_wait(bio) };
+    // SAFETY: completed; released once.
+    unsafe { bindings::bio_uninit(bio) };
+    to_result(r)?;
+    Ok(true)
+}
+
+/// No bio of the batch failed.
+const NO_ERROR: u64 = u64::MAX;
+
+/// What the bios of a batch share: in-flight count and first error.
+///
+/// # Invariants
+///
+/// - `pending` counts the submitted bios that have not completed, plus one
+///   for the submitter until it gives that up.
+/// - `first_error` is `NO_ERROR` or the lowest failed bio's I/O offset
+///   shifted left by 12, or-ed with its errno.
+struct Core {
+    pending: AtomicU32,
+    first_error: AtomicU64,
+}
+
+impl Core {
+    const fn new() -> Self {
+        Self {
+            pending: AtomicU32::new(1),
+            first_error: AtomicU64::new(NO_ERROR),
+        }
+    }
+
+    /// Records a bio's status; returns whether it was the last one pending.
+    fn bio_done(&self, status: bindings::blk_status_t, io_off: u64) -> bool {
+        if status != 0 {
+            // SAFETY: converts a status code; no pointer involved.
+            let errno = -unsafe { bindings::blk_status_to_errno(status) };
+            let code = io_off << 12 | u64::from(errno.clamp(1, 4095) as u32);
+            self.first_error.fetch_min(code, Ordering::Relaxed);
+        }
+        self.put()
+    }
+
+    /// Drops one pending count; true if it was the last.
+    fn put(&self) -> bool {
+        self.pending.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    fn result(&self) -> core::result::Result<(), (Error, u64)> {
+        let code = self.first_error.load(Ordering::Acquire);
+        if code == NO_ERROR {
+            return Ok(());
+        }
+        Err((Error::from_errno(-((code & 0xfff) as i32)), code >> 12))
+    }
+}
+
+/// An unsubmitted bio of the batch `'b`.
+///
+/// # Invariants
+///
+/// `bio` is a bio of [`SET`], owned here until submitted, whose `bi_private`
+/// is the batch that allocated it.
+pub(crate) struct Bio<'b> {
+    bio: NonNull<bindings::bio>,
+    _batch: PhantomData<&'b ()>,
+}
+
+impl Drop for Bio<'_> {
+    fn drop(&mut self) {
+        // SAFETY: an unsubmitted bio we own.
+        unsafe { bindings::bio_put(self.bio.as_ptr()) };
+    }
+}
+
+/// A bio of the set for the batch at `private`.
+fn alloc_bio<'b>(
+    bdev: &BlockDevice,
+    write: bool,
+    pos: u64,
+    nr_vecs: u16,
+    private: *const c_void,
+) -> Result<Bio<'b>> {
+    if SET.state.load(Ordering::Acquire) != SET_READY {
+        return Err(ENODEV);
+    }
+    // SAFETY: the set is ready (checked; it stays so while the module's
+    // files exist, see `BioSet`); the block device is open.
+    let bio = unsafe {
+        bindings::bio_alloc_bioset(
+            bdev.as_raw(),
+            nr_vecs,
+            opf(write),
+            bindings::GFP_KERNEL,
+            SET.set.get(),
+        )
+    };
+    let bio = NonNull::new(bio).ok_or(ENOMEM)?;
+    // SAFETY: a fresh bio we own.
+    unsafe {
+        (*bio.as_ptr()).bi_iter.bi_sector = sector(pos);
+        (*bio.as_ptr()).bi_private = private.cast_mut();
+    }
+    // INVARIANT: ours, of `SET`, pointing to its batch.
+    Ok(Bio {
+        bio,
+        _batch: PhantomData,
+    })
+}
+
+/// Whether `bio` belongs to the batch at `private`.
+fn owned_by(bio: &Bio<'_>, private: *const c_void) -> bool {
+    // SAFETY: the bio is valid (type invariant); reading a field.
+    core::ptr::eq(unsafe { (*bio.bio.as_ptr()).bi_private }, private)
+}
+
+/// Submits `bio` of the batch with `core`, starting at `io_off` of the I/O.
+///
+/// # Safety
+///
+/// `bio` belongs to the batch whose [`Core`] is `core`, and `end_io` is that
+/// batch's completion, which calls [`Core::bio_done`] on it. The batch and
+/// the bio's pages stay valid until then.
+unsafe fn submit_bio(
+    core: &Core,
+    bio: Bio<'_>,
+    io_off: u64,
+    end_io: unsafe extern "C" fn(*mut bindings::bio),
+) {
+    let raw = bio.bio.as_ptr();
+    core::mem::forget(bio);
+    // SAFETY: `raw` is a bio of `SET`, so the front pad precedes it.
+    let padded = unsafe { raw.byte_sub(offset_of!(PaddedBio, bio)).cast::<PaddedBio>() };
+    core.pending.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the bio is ours and complete; its pages and batch outlive it
+    // (the caller's promise); `end_io` finds the batch through `bi_private`.
+    unsafe {
+        (*padded).io_off = io_off;
+        (*raw).bi_end_io = Some(end_io);
+        bindings::submit_bio(raw);
+    }
+}
+
+/// The batch pointer, status and I/O offset of a completed bio, which it
+/// gives back.
+///
+/// # Safety
+///
+/// `bio` is a completed bio of `SET` submitted through [`submit_bio`].
+unsafe fn end_bio<T>(bio: *mut bindings::bio) -> (*const T, bindings::blk_status_t, u64) {
+    // SAFETY: a bio of `SET`: the front pad precedes it; completed, so ours
+    // to read and give back.
+    unsafe {
+        let padded = bio.byte_sub(offset_of!(PaddedBio, bio)).cast::<PaddedBio>();
+        let r = (
+            (*bio).bi_private.cast_const().cast::<T>(),
+            (*bio).bi_status,
+            (*padded).io_off,
+        );
+        bindings::bio_put(bio);
+        r
+    }
+}
+
+/// Building the bios of a batch: [`Batch`] or an [`AsyncBatch`]'s
+/// [`Submitter`].
+pub(crate) trait BuildBios {
+    /// A bio for up to `nr_vecs` pages at byte `pos` of the block device.
+    fn bio(&self, pos: u64, nr_vecs: u16) -> Result<Bio<'_>>;
+
+    /// Adds bytes `[off, off + len)` of the batch's pages (within one page)
+    /// to `bio`; `false` if the bio is full, not the batch's, or the range
+    /// is not inside one page of them.
+    fn add(&self, bio: &mut Bio<'_>, off: u64, len: u32) -> bool;
+
+    /// Submits `bio`, which starts at byte `io_off` of the I/O. A bio of
+    /// another batch is put, not submitted (`EINVAL`).
+    fn submit(&self, bio: Bio<'_>, io_off: u64) -> Result;
+}
+
+/// The bios of one I/O between a block device and one [`BioPages`] that
+/// the caller waits for: see [`Batch::run`].
+///
+/// # Invariants
+///
+/// - Every bio submitted through the batch points (`bi_private`) to it and
+///   carries only pages of `pages`; the batch waits for all of them before
+///   it goes, so neither it nor the pages go while a bio uses them. It only
+///   exists pinned on the stack of [`Batch::run`], which waits for it.
+/// - No bio is allocated or submitted once `waited` is set.
+/// - `done` is completed when `core.pending` reaches zero.
+#[pin_data]
+pub(crate) struct Batch<'a, P: BioPages> {
+    bdev: &'a BlockDevice,
+    pages: &'a P,
+    write: bool,
+    core: Core,
+    waited: Cell<bool>,
+    #[pin]
+    done: Opaque<bindings::completion>,
+    #[pin]
+    _pin: PhantomPinned,
+}
+
+impl<'a, P: BioPages> Batch<'a, P> {
+    /// Runs `build` with a batch of bios between `bdev` and `pages`, one
+    /// way, then waits for every bio it submitted. Returns what `build`
+    /// returned and `Ok` if all bios succeeded, else the error of the failed
+    /// bio that starts first in the I/O, and that start.
+    pub(crate) fn run<R>(
+        bdev: &'a BlockDevice,
+        pages: &'a P,
+        write: bool,
+        build: impl FnOnce(&Batch<'a, P>) -> R,
+    ) -> (R, core::result::Result<(), (Error, u64)>) {
+        let init = pin_init!(Self {
+            bdev,
+            pages,
+            write,
+            core: Core::new(),
+            waited: Cell::new(false),
+            done <- Opaque::ffi_init(|slot: *mut bindings::completion| {
+                // SAFETY: `slot` is valid for a `struct completion`.
+                unsafe { bindings::init_completion(slot) };
+            }),
+            _pin: PhantomPinned,
+        });
+        pin_init::stack_pin_init!(let batch = init);
+        let r = build(&batch);
+        batch.wait_all();
+        (r, batch.core.result())
+    }
+
+    fn private(&self) -> *const c_void {
+        core::ptr::from_ref(self).cast()
+    }
+
+    /// `bi_end_io` of the batch's bios (any context).
+    ///
+    /// # Safety
+    ///
+    /// `bio` is a bio submitted through [`Batch::submit`].
+    unsafe extern "C" fn end_io(bio: *mut bindings::bio) {
+        // SAFETY: submitted through `submit`.
+        let (batch, status, io_off) = unsafe { end_bio::<Self>(bio) };
+        // SAFETY: `run` waits for the batch's bios, so it is alive; only its
+        // `core` and `done` are used, through the raw pointer.
+        unsafe {
+            if (*batch).core.bio_done(status, io_off) {
+                // The last access of a bio's completion to the batch.
+                bindings::complete((*batch).done.get());
+            }
+        }
+    }
+
+    /// Waits for every submitted bio (once); no bio is submitted after.
+    fn wait_all(&self) {
+        if self.waited.replace(true) {
+            return;
+        }
+        if !self.core.put() {
+            // SAFETY: the completion is initialised; the last bio completes
+            // it once, after which none touches the batch.
+            unsafe { bindings::wait_for_completion_io(self.done.get()) };
+        }
+    }
+}
+
+impl<P: BioPages> BuildBios for Batch<'_, P> {
+    fn bio(&self, pos: u64, nr_vecs: u16) -> Result<Bio<'_>> {
+        if self.waited.get() {
+            return Err(EINVAL);
+        }
+        alloc_bio(self.bdev, self.write, pos, nr_vecs, self.private())
+    }
+
+    fn add(&self, bio: &mut Bio<'_>, off: u64, len: u32) -> bool {
+        // SAFETY: an unsubmitted bio we own (type invariant), of this batch.
+        owned_by(bio, self.private())
+            && unsafe { add_range(bio.bio.as_ptr(), self.pages, off, len) }
+    }
+
+    fn submit(&self, bio: Bio<'_>, io_off: u64) -> Result {
+        if self.waited.get() || !owned_by(&bio, self.private()) {
+            return Err(EINVAL);
+        }
+        // SAFETY: the bio is this batch's; `end_io` is its completion; `run`
+        // waits for the batch's bios before it or its pages go.
+        unsafe { submit_bio(&self.core, bio, io_off, Self::end_io) };
+        Ok(())
+    }
+}
+
+/// The owner of an [`AsyncBatch`]: holds the block device open, and learns
+/// of the batch's end.
+///
+/// # Safety
+///
+/// `Pages` may be dropped in any context, hard interrupts included: the
+/// batch lets go of its pages in its last bio's completion, so that nothing
+/// waiting for them (a device's removal) waits for the owner's own end.
+pub(crate) unsafe trait AsyncOwner: Send + Sized + 'static {
+    /// The pages the bios carry.
+    type Pages: BioPages + Send;
+    /// What building the bios found (see [`AsyncBatch::launch`]).
+    type Built: Send;
+
+    /// The block device (open for as long as the owner lives).
+    fn bdev(&self) -> &BlockDevice;
+
+    /// The batch's last bio completed (or none was in flight when it
+    /// started), and its pages are gone: called once, in any context
+    /// (interrupts included), so it may not sleep. [`AsyncBatch::result`]
+    /// tells how it went.
+    fn completed(batch: KBox<AsyncBatch<Self>>);
+}
+
+/// The bios of one I/O that nobody waits for: the batch owns its pages and
+/// hands itself to [`AsyncOwner::completed`] when the bios are done.
+///
+/// # Invariants
+///
+/// - Every bio submitted through the batch points (`bi_private`) to it and
+///   carries only pages of `pages`, which is `Some` until the last bio
+///   completed. Bios are submitted only inside [`AsyncBatch::launch`], which
+///   holds the batch until it gives it to them: from then on the bios in
+///   flight own it, and the last one to complete hands it on.
+/// - `built` is written by `launch` only, before it gives its count up.
+pub(crate) struct AsyncBatch<O: AsyncOwner> {
+    owner: O,
+    pages: Option<O::Pages>,
+    built: Option<O::Built>,
+    write: bool,
+    core: Core,
+}
+
+impl<O: AsyncOwner> AsyncBatch<O> {
+    /// A batch for `owner`'s block device and `pages`, one way.
+    pub(crate) fn new(owner: O, pages: O::Pages, write: bool) -> Result<KBox<Self>> {
+        Ok(KBox::new(
+            Self {
+                owner,
+                pages: Some(pages),
+                built: None,
+                write,
+                core: Core::new(),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// The owner.
+    pub(crate) fn owner_mut(&mut self) -> &mut O {
+        &mut self.owner
+    }
+
+    /// The owner and what building the bios found, once the batch
+    /// completed.
+    pub(crate) fn into_parts(self) -> (O, Option<O::Built>) {
+        (self.owner, self.built)
+    }
+
+    /// Builds and submits the batch's bios with `build`, keeps what it
+    /// returned for the completion ([`AsyncBatch::into_parts`]), then hands
+    /// the batch to the bios: the last to complete (or this call, if none is
+    /// in flight) drops the pages and calls [`AsyncOwner::completed`].
+    pub(crate) fn launch(batch: KBox<Self>, build: impl FnOnce(&Submitter<'_, O>) -> O::Built) {
+        let raw = KBox::into_raw(batch);
+        // SAFETY: `raw` came from `into_raw` and holds the submitter's count,
+        // so the batch lives until `put` below.
+        let raw = unsafe { NonNull::new_unchecked(raw) };
+        let built = build(&Submitter {
+            batch: raw,
+            _life: PhantomData,
+        });
+        // SAFETY: as above; bios in flight reach the batch only through
+        // `core` (and `end_io` touches the rest only after the last count,
+        // ours, went), so this write races with nothing.
+        unsafe { (*raw.as_ptr()).built = Some(built) };
+        // SAFETY: as above.
+        if unsafe { (*raw.as_ptr()).core.put() } {
+            // SAFETY: nothing is in flight: the batch is ours again.
+            Self::finish(unsafe { KBox::from_raw(raw.as_ptr()) });
+        }
+    }
+
+    /// The last count went: the pages go, the owner learns of it.
+    fn finish(mut batch: KBox<Self>) {
+        drop(batch.pages.take());
+        O::completed(batch);
+    }
+
+    /// `Ok` if every bio succeeded, else the error of the failed bio that
+    /// starts first in the I/O, and that start.
+    pub(crate) fn result(&self) -> core::result::Result<(), (Error, u64)> {
+        self.core.result()
+    }
+
+    /// `bi_end_io` of the batch's bios (any context).
+    ///
+    /// # Safety
+    ///
+    /// `bio` is a bio submitted through [`Submitter::submit`].
+    unsafe extern "C" fn end_io(bio: *mut bindings::bio) {
+        // SAFETY: submitted through `submit`.
+        let (batch, status, io_off) = unsafe { end_bio::<Self>(bio) };
+        // SAFETY: the batch lives while a bio of it is pending; `bi_private`
+        // is the pointer `KBox::into_raw` gave `launch`.
+        if unsafe { (*batch).core.bio_done(status, io_off) } {
+            // SAFETY: the last pending count: `launch` gave the box up (its
+            // own count went first), so the box is ours to hand on.
+            Self::finish(unsafe { KBox::from_raw(batch.cast_mut()) });
+        }
+    }
+}
+
+/// Builds the bios of an [`AsyncBatch`] inside [`AsyncBatch::launch`].
+///
+/// # Invariants
+///
+/// `batch` is the batch `launch` holds (with its count) for `'b`.
+pub(crate) struct Submitter<'b, O: AsyncOwner> {
+    batch: NonNull<AsyncBatch<O>>,
+    _life: PhantomData<&'b AsyncBatch<O>>,
+}
+
+impl<O: AsyncOwner> Submitter<'_, O> {
+    fn private(&self) -> *const c_void {
+        self.batch.as_ptr().cast_const().cast()
+    }
+
+    fn get(&self) -> &AsyncBatch<O> {
+        // SAFETY: alive and not mutated for `'b` (type invariant).
+        unsafe { self.batch.as_ref() }
+    }
+
+    /// The batch's owner.
+    pub(crate) fn owner(&self) -> &O {
+        &self.get().owner
+    }
+
+    /// The batch's pages.
+    pub(crate) fn pages(&self) -> Option<&O::Pages> {
+        self.get().pages.as_ref()
+    }
+}
+
+impl<O: AsyncOwner> BuildBios for Submitter<'_, O> {
+    fn bio(&self, pos: u64, nr_vecs: u16) -> Result<Bio<'_>> {
+        let b = self.get();
+        alloc_bio(b.owner.bdev(), b.write, pos, nr_vecs, self.private())
+    }
+
+    fn add(&self, bio: &mut Bio<'_>, off: u64, len: u32) -> bool {
+        let Some(pages) = self.pages() else {
+            return false;
+        };
+        // SAFETY: an unsubmitted bio we own (type invariant), of this batch.
+        owned_by(bio, self.private()) && unsafe { add_range(bio.bio.as_ptr(), pages, off, len) }
+    }
+
+    fn submit(&self, bio: Bio<'_>, io_off: u64) -> Result {
+        if !owned_by(&bio, self.private()) {
+            return Err(EINVAL);
+        }
+        // SAFETY: the bio is this batch's and `end_io` its completion; the
+        // batch (and its pages) live until its last bio completed: `launch`
+        // holds the box until it gives it to the bios.
+        unsafe { submit_bio(&self.get().core, bio, io_off, AsyncBatch::<O>::end_io) };
+        Ok(())
+    }
+}

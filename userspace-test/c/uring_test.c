@@ -1,0 +1,586 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * io_uring READ and WRITE (P2PDIRECT_URING_CMD_*, ABI 1.8) through liburing
+ * (kselftest harness, TAP on stdout): deep queues on a raw namespace, both
+ * GPUs, pointer and registered memory, files on ext4 and xfs, the errors in
+ * the CQEs, and FREE, close and ring teardown racing commands in flight.
+ *
+ * NSID 1 [136, 160) MiB belongs to this suite, 8 MiB or 4 MiB to each test
+ * that moves data: no other suite touches it, so the DMACHECK records (every
+ * traced NVMe command on a range had its data pointers in the GPU's BAR)
+ * prove where the bytes went; HOSTCHECK and NVMECHECK records prove what
+ * they were (ci/hostcheck.py).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <linux/p2pdirect.h>
+
+#include "kselftest_harness.h"
+#include "nvme_util.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define BUF (16 * MiB)
+#define OWN (136 * MiB)		/* this suite's part of NSID 1: 24 MiB */
+#define QD 128
+#define CHUNK (64 * KiB)
+
+struct gpu {
+	__u32 index;
+	__u32 pci;
+	char bdf[32];
+	struct p2pdirect_alloc a;
+	__u8 *map;
+};
+
+FIXTURE(ur) {
+	int dev;
+	int ns1, ns4;
+	struct gpu gpu[2];
+	struct io_uring ring;
+};
+
+static int gpu_alloc(int dev, struct gpu *g)
+{
+	memset(&g->a, 0, sizeof(g->a));
+	g->a.provider = g->index;
+	g->a.size = BUF;
+	if (ioctl(dev, P2PDIRECT_IOC_ALLOC, &g->a))
+		return -errno;
+	record_alloc_zero(dev, &g->a);
+	g->map = mmap(NULL, BUF, PROT_READ | PROT_WRITE, MAP_SHARED, dev, g->a.mmap_offset);
+	return g->map == MAP_FAILED ? -errno : 0;
+}
+
+static void gpu_free(int dev, struct gpu *g)
+{
+	struct p2pdirect_free f = { .handle = g->a.handle };
+
+	if (g->map && g->map != MAP_FAILED)
+		munmap(g->map, BUF);
+	g->map = NULL;
+	ioctl(dev, P2PDIRECT_IOC_FREE, &f);
+}
+
+FIXTURE_SETUP(ur)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	char ns[64];
+	int g = 0;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	self->dev = open("/dev/p2pdirect", O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, self->dev);
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8 && g < 2; i++) {
+		if (p[i].kind != P2PDIRECT_PROVIDER_BAR)
+			continue;
+		self->gpu[g].index = p[i].index;
+		self->gpu[g].pci = p[i].pci_addr;
+		pci_name(p[i].pci_addr, self->gpu[g].bdf, sizeof(self->gpu[g].bdf));
+		ASSERT_EQ(0, gpu_alloc(self->dev, &self->gpu[g]));
+		g++;
+	}
+	ASSERT_EQ(2, g) TH_LOG("need two emulated GPUs");
+	ASSERT_TRUE(find_nvme_nsid(1, ns, sizeof(ns), NULL));
+	self->ns1 = open(ns, O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, self->ns1);
+	ASSERT_TRUE(find_nvme_nsid(4, ns, sizeof(ns), NULL));
+	self->ns4 = open(ns, O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, self->ns4);
+	ASSERT_EQ(0, io_uring_queue_init(2 * QD, &self->ring,
+					 IORING_SETUP_SQE128 | IORING_SETUP_CQE32));
+}
+
+FIXTURE_TEARDOWN(ur)
+{
+	io_uring_queue_exit(&self->ring);
+	for (int g = 0; g < 2; g++)
+		gpu_free(self->dev, &self->gpu[g]);
+	close(self->ns1);
+	close(self->ns4);
+	close(self->dev);
+}
+
+static __u8 *cmd_area(struct io_uring_sqe *sqe);
+
+/* Queues one READ or WRITE (@write) on @ring; user_data @ud. */
+static struct io_uring_sqe *prep(struct io_uring *ring, int dev, int write, int fd,
+				 __u32 flags, __u64 addr, __u64 size, __u64 foff, __u64 boff,
+				 __u64 ud)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	struct p2pdirect_uring_io io = {
+		.fd = fd, .flags = flags, .addr = addr, .size = size,
+		.file_offset = foff, .buf_offset = boff,
+	};
+
+	if (!sqe) {
+		io_uring_submit(ring);
+		sqe = io_uring_get_sqe(ring);
+		if (!sqe)
+			abort();
+	}
+	memset(sqe, 0, 2 * sizeof(*sqe));
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = dev;
+	sqe->cmd_op = write ? P2PDIRECT_URING_CMD_WRITE : P2PDIRECT_URING_CMD_READ;
+	memcpy(cmd_area(sqe), &io, sizeof(io));
+	sqe->user_data = ud;
+	return sqe;
+}
+
+/* The command area of a 128-byte SQE (80 bytes). */
+static __u8 *cmd_area(struct io_uring_sqe *sqe)
+{
+	return (__u8 *)sqe + offsetof(struct io_uring_sqe, cmd);
+}
+
+struct done {
+	int res;
+	__u64 p2p, bounce;
+};
+
+/* Reaps @n completions into @d[user_data] (user_data < n). */
+static int reap(struct io_uring *ring, unsigned int n, struct done *d)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		struct io_uring_cqe *cqe;
+		int ret = io_uring_wait_cqe(ring, &cqe);
+
+		if (ret)
+			return ret;
+		if (cqe->user_data >= n)
+			return -ERANGE;
+		d[cqe->user_data].res = cqe->res;
+		d[cqe->user_data].p2p = cqe->big_cqe[0] & 0xffffffff;
+		d[cqe->user_data].bounce = cqe->big_cqe[0] >> 32;
+		io_uring_cqe_seen(ring, cqe);
+	}
+	return 0;
+}
+
+/* One command on @ring, submitted and reaped. */
+static struct done one(struct io_uring *ring, int dev, int write, int fd, __u32 flags,
+		       __u64 addr, __u64 size, __u64 foff, __u64 boff)
+{
+	struct done d = { .res = -EIO };
+
+	prep(ring, dev, write, fd, flags, addr, size, foff, boff, 0);
+	if (io_uring_submit(ring) != 1 || reap(ring, 1, &d))
+		d.res = -EPROTO;
+	return d;
+}
+
+static void rec_gpu(const struct gpu *g, __u64 boff, __u64 len, __u64 seed, __u64 pos)
+{
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu fill=%llu pos=%llu guard=0\n", g->bdf,
+	       (unsigned long long)(g->a.provider_offset + boff), (unsigned long long)len,
+	       (unsigned long long)seed, (unsigned long long)pos);
+}
+
+static void rec_nvme(__u64 off, __u64 len, __u64 seed)
+{
+	printf("# NVMECHECK ns=1 off=%llu len=%llu fill=%llu pos=%llu\n",
+	       (unsigned long long)off, (unsigned long long)len, (unsigned long long)seed,
+	       (unsigned long long)off);
+}
+
+static void rec_dma(const struct gpu *g, __u64 off, __u64 len, const char *op)
+{
+	printf("# DMACHECK ns=1 off=%llu len=%llu where=gpu:%s op=%s\n",
+	       (unsigned long long)off, (unsigned long long)len, g->bdf, op);
+}
+
+/*
+ * QD 128 on the raw namespace: 128 WRITEs of 64 KiB from GPU 0, all in
+ * flight at once, then 128 READs of the same blocks into GPU 1.
+ */
+TEST_F(ur, qd128_write_then_read_both_gpus)
+{
+	struct gpu *g0 = &self->gpu[0], *g1 = &self->gpu[1];
+	__u64 seed = 0x7101, len = QD * CHUNK;
+	struct done d[QD];
+
+	fill_buf(g0->map, len, OWN, seed);
+	rec_gpu(g0, 0, len, seed, OWN);
+	for (int i = 0; i < QD; i++)
+		prep(&self->ring, self->dev, 1, self->ns1, 0, (uintptr_t)g0->map, CHUNK,
+		     OWN + i * CHUNK, i * CHUNK, i);
+	ASSERT_EQ(QD, io_uring_submit(&self->ring));
+	ASSERT_EQ(0, reap(&self->ring, QD, d));
+	for (int i = 0; i < QD; i++) {
+		EXPECT_EQ((int)CHUNK, d[i].res) TH_LOG("write %d: %s", i, strerror(-d[i].res));
+		EXPECT_EQ(CHUNK, d[i].p2p);
+		EXPECT_EQ(0ull, d[i].bounce);
+	}
+	rec_nvme(OWN, len, seed);
+	rec_dma(g0, OWN, len, "write");
+
+	for (int i = 0; i < QD; i++)
+		prep(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)g1->map, CHUNK,
+		     OWN + i * CHUNK, i * CHUNK, i);
+	ASSERT_EQ(QD, io_uring_submit(&self->ring));
+	ASSERT_EQ(0, reap(&self->ring, QD, d));
+	for (int i = 0; i < QD; i++) {
+		EXPECT_EQ((int)CHUNK, d[i].res) TH_LOG("read %d: %s", i, strerror(-d[i].res));
+		EXPECT_EQ(CHUNK, d[i].p2p);
+	}
+	rec_gpu(g1, 0, len, seed, OWN);
+	EXPECT_EQ(0ull, fill_diff(g1->map, len, OWN, seed));
+	rec_dma(g1, OWN, len, "read");
+}
+
+/* Fills GPU bytes [boff, boff + len) and WRITEs them to NSID 1 at @pos (ioctl). */
+static int seed_ns(struct _test_data_ur *self, struct gpu *g, __u64 boff, __u64 len, __u64 pos,
+		   __u64 seed)
+{
+	struct p2pdirect_io w = { .fd = self->ns1, .addr = (uintptr_t)g->map, .size = len,
+				  .file_offset = pos, .buf_offset = boff };
+
+	fill_buf(g->map + boff, len, pos, seed);
+	rec_gpu(g, boff, len, seed, pos);
+	if (ioctl(self->dev, P2PDIRECT_IOC_WRITE, &w))
+		return -errno;
+	rec_nvme(pos, len, seed);
+	return w.bytes == len ? 0 : -EIO;
+}
+
+/*
+ * Registered memory, mixed: 32 READs of 64 KiB and 32 WRITEs of 64 KiB of
+ * NSID 1 [OWN + 8, + 4) MiB, interleaved in one submission; the WRITEs then
+ * read back by an ioctl.
+ */
+TEST_F(ur, mixed_read_write_registered)
+{
+	struct gpu *g = &self->gpu[1];
+	struct p2pdirect_register reg = {
+		.addr = (uintptr_t)g->map, .size = BUF, .flags = P2PDIRECT_REG_WRITE,
+	};
+	__u64 rpos = OWN + 8 * MiB, wpos = OWN + 10 * MiB, len = 32 * CHUNK;
+	struct p2pdirect_io back;
+	struct done d[64];
+
+	ASSERT_EQ(0, seed_ns(self, g, 0, len, rpos, 0x7202));
+	memset(g->map, 0, len);
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
+	       (unsigned long long)g->a.provider_offset, (unsigned long long)len);
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &reg));
+	fill_buf(g->map + 4 * MiB, len, wpos, 0x7203);
+	rec_gpu(g, 4 * MiB, len, 0x7203, wpos);
+	for (int i = 0; i < 32; i++) {
+		prep(&self->ring, self->dev, 0, self->ns1, P2PDIRECT_IO_REGISTERED, reg.id, CHUNK,
+		     rpos + i * CHUNK, i * CHUNK, 2 * i);
+		prep(&self->ring, self->dev, 1, self->ns1, P2PDIRECT_IO_REGISTERED, reg.id, CHUNK,
+		     wpos + i * CHUNK, 4 * MiB + i * CHUNK, 2 * i + 1);
+	}
+	ASSERT_EQ(64, io_uring_submit(&self->ring));
+	ASSERT_EQ(0, reap(&self->ring, 64, d));
+	for (int i = 0; i < 64; i++) {
+		EXPECT_EQ((int)CHUNK, d[i].res) TH_LOG("cmd %d: %s", i, strerror(-d[i].res));
+		EXPECT_EQ(CHUNK, d[i].p2p);
+	}
+	rec_gpu(g, 0, len, 0x7202, rpos);
+	EXPECT_EQ(0ull, fill_diff(g->map, len, rpos, 0x7202));
+	rec_nvme(wpos, len, 0x7203);
+
+	back = (struct p2pdirect_io){ .fd = self->ns1, .addr = (uintptr_t)g->map, .size = len,
+				      .file_offset = wpos, .buf_offset = 8 * MiB };
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_READ, &back));
+	rec_gpu(g, 8 * MiB, len, 0x7203, wpos);
+	EXPECT_EQ(0ull, fill_diff(g->map + 8 * MiB, len, wpos, 0x7203));
+	printf("# DMACHECK ns=1 off=%llu len=%llu where=gpu:%s\n", (unsigned long long)rpos,
+	       (unsigned long long)(4 * MiB), g->bdf);
+}
+
+/*
+ * Files (run by io_uring's worker): the last 2 MiB of the 8 MiB data.bin of
+ * ext4 and xfs (storage_test's DMACHECK records own [1, 3) and [4, 6) MiB of
+ * each, for one GPU each), 16 READs of 128 KiB each.
+ */
+TEST_F(ur, files_on_ext4_and_xfs)
+{
+	static const struct { const char *path; __u64 seed; } f[] = {
+		{ "/mnt/ext4/data.bin", 2 }, { "/mnt/xfs/data.bin", 3 },
+	};
+	__u64 pos = 6 * MiB, n = 128 * KiB;
+
+	for (int k = 0; k < 2; k++) {
+		struct gpu *g = &self->gpu[k];
+		struct done d[16];
+		int fd = open(f[k].path, O_RDONLY | O_DIRECT);
+
+		ASSERT_LE(0, fd) TH_LOG("open %s: %s", f[k].path, strerror(errno));
+		for (int i = 0; i < 16; i++)
+			prep(&self->ring, self->dev, 0, fd, 0, (uintptr_t)g->map, n, pos + i * n,
+			     i * n, i);
+		ASSERT_EQ(16, io_uring_submit(&self->ring));
+		ASSERT_EQ(0, reap(&self->ring, 16, d));
+		for (int i = 0; i < 16; i++) {
+			EXPECT_EQ((int)n, d[i].res) TH_LOG("%s %d: %s", f[k].path, i,
+							   strerror(-d[i].res));
+			EXPECT_EQ(n, d[i].p2p);
+		}
+		rec_gpu(g, 0, 16 * n, f[k].seed, pos);
+		EXPECT_EQ(0ull, fill_diff(g->map, 16 * n, pos, f[k].seed));
+		close(fd);
+	}
+}
+
+/* The result of a READ on a ring with 64-byte SQEs (no argument fits). */
+static int small_sqe_res(int dev)
+{
+	struct io_uring_cqe *cqe;
+	struct io_uring_sqe *sqe;
+	struct io_uring small;
+	int res = -EPROTO;
+
+	if (io_uring_queue_init(4, &small, 0))
+		return res;
+	sqe = io_uring_get_sqe(&small);
+	if (sqe) {
+		memset(sqe, 0, sizeof(*sqe));
+		sqe->opcode = IORING_OP_URING_CMD;
+		sqe->fd = dev;
+		sqe->cmd_op = P2PDIRECT_URING_CMD_READ;
+		if (io_uring_submit(&small) == 1 && !io_uring_wait_cqe(&small, &cqe)) {
+			res = cqe->res;
+			io_uring_cqe_seen(&small, cqe);
+		}
+	}
+	io_uring_queue_exit(&small);
+	return res;
+}
+
+/* Every bad input gets its errno in the CQE, as the ioctls give it. */
+TEST_F(ur, errors_in_cqes)
+{
+	struct gpu *g = &self->gpu[0];
+	__u64 a = (uintptr_t)g->map;
+	void *ram = aligned_alloc(4096, 64 * KiB);
+	struct io_uring_sqe *sqe;
+	struct done d;
+	int ro;
+
+	ASSERT_NE(NULL, ram);
+	EXPECT_EQ(-EINVAL, one(&self->ring, self->dev, 0, self->ns1, 0, a, 0, 0, 0).res);
+	EXPECT_EQ(-EINVAL, one(&self->ring, self->dev, 0, self->ns1, 0, a, 100, 0, 0).res);
+	EXPECT_EQ(-EINVAL, one(&self->ring, self->dev, 0, self->ns1, 0x80, a, 4096, 0, 0).res);
+	EXPECT_EQ(-EBADF, one(&self->ring, self->dev, 0, -1, 0, a, 4096, 0, 0).res);
+	EXPECT_EQ(-ENXIO, one(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)ram, 4096, 0,
+			      0).res);
+	EXPECT_EQ(-ENOENT, one(&self->ring, self->dev, 0, self->ns1, P2PDIRECT_IO_REGISTERED,
+			       12345, 4096, 0, 0).res);
+	/* NSID 4's controller sits on the root port: unreachable, or bounced. */
+	EXPECT_EQ(-EREMOTEIO, one(&self->ring, self->dev, 0, self->ns4, 0, a, 4096, 0, 0).res);
+	d = one(&self->ring, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, a, 64 * KiB, 0, 0);
+	EXPECT_EQ((int)(64 * KiB), d.res);
+	EXPECT_EQ(0ull, d.p2p);
+	EXPECT_EQ(64 * KiB, d.bounce);
+	rec_gpu(g, 0, 64 * KiB, 4, 0);
+	EXPECT_EQ(0ull, fill_diff(g->map, 64 * KiB, 0, 4));
+
+	/* Unknown command, reserved bytes, command flags. */
+	sqe = prep(&self->ring, self->dev, 0, self->ns1, 0, a, 4096, 0, 0, 0);
+	sqe->cmd_op = P2PDIRECT_URING_CMD_READ + 0x100;
+	ASSERT_EQ(1, io_uring_submit(&self->ring));
+	ASSERT_EQ(0, reap(&self->ring, 1, &d));
+	EXPECT_EQ(-ENOTTY, d.res);
+	sqe = prep(&self->ring, self->dev, 0, self->ns1, 0, a, 4096, 0, 0, 0);
+	cmd_area(sqe)[sizeof(struct p2pdirect_uring_io) + 3] = 1;
+	ASSERT_EQ(1, io_uring_submit(&self->ring));
+	ASSERT_EQ(0, reap(&self->ring, 1, &d));
+	EXPECT_EQ(-EINVAL, d.res);
+	sqe = prep(&self->ring, self->dev, 0, self->ns1, 0, a, 4096, 0, 0, 0);
+	sqe->uring_cmd_flags = IORING_URING_CMD_FIXED;
+	ASSERT_EQ(1, io_uring_submit(&self->ring));
+	ASSERT_EQ(0, reap(&self->ring, 1, &d));
+	EXPECT_EQ(-EINVAL, d.res);
+
+	/* A ring with 64-byte SQEs has no room for the argument. */
+	EXPECT_EQ(-EINVAL, small_sqe_res(self->dev));
+
+	/* /dev/p2pdirect opened read-only may not move data. */
+	ro = open("/dev/p2pdirect", O_RDONLY);
+	ASSERT_LE(0, ro);
+	EXPECT_EQ(-EBADF, one(&self->ring, ro, 0, self->ns1, 0, a, 4096, 0, 0).res);
+	close(ro);
+	free(ram);
+}
+
+/*
+ * FREE while 64 READs of NSID 1 [OWN + 12, + 4) MiB into the allocation are
+ * in flight: FREE does not wait, every command completes (the pages were
+ * pinned at submission), and the memory handed out afterwards is zeroed
+ * (the host replays the records: no late DMA landed in it).
+ */
+TEST_F(ur, free_races_commands_in_flight)
+{
+	struct gpu *g = &self->gpu[0];
+	struct p2pdirect_free f = { .handle = g->a.handle };
+	__u64 pos = OWN + 12 * MiB, len = 64 * CHUNK;
+	struct done d[64];
+	__u8 *old = g->map;
+	int bad = 0;
+
+	ASSERT_EQ(0, seed_ns(self, g, 0, len, pos, 0x7305));
+	for (int i = 0; i < 64; i++)
+		prep(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)old, CHUNK,
+		     pos + i * CHUNK, len + i * CHUNK, i);
+	ASSERT_EQ(64, io_uring_submit(&self->ring));
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_FREE, &f));
+	rec_gpu(g, len, len, 0x7305, pos);
+	munmap(old, BUF);
+	g->map = NULL;
+	ASSERT_EQ(0, reap(&self->ring, 64, d));
+	for (int i = 0; i < 64; i++)
+		bad += d[i].res != (int)CHUNK;
+	EXPECT_EQ(0, bad) TH_LOG("first result %d", d[0].res);
+	rec_dma(g, pos, len, "read");
+	/* Device memory handed out again: zeroed. */
+	ASSERT_EQ(0, gpu_alloc(self->dev, g));
+	for (__u64 i = 0; i < BUF; i++)
+		if (g->map[i]) {
+			EXPECT_EQ(0, g->map[i]) TH_LOG("byte %llu of the new allocation",
+						       (unsigned long long)i);
+			break;
+		}
+}
+
+/*
+ * Teardown with commands in flight, NSID 1 [OWN + 16, + 8) MiB: the ring
+ * closed under 64 READs, then a child process exiting with 128 READs in
+ * flight on its own file and ring; all complete and the device stays usable.
+ */
+TEST_F(ur, teardown_with_commands_in_flight)
+{
+	struct gpu *g = &self->gpu[1];
+	__u64 pos = OWN + 16 * MiB, len = 8 * MiB;
+	int status;
+	pid_t pid;
+
+	ASSERT_EQ(0, seed_ns(self, g, 0, len, pos, 0x7406));
+	for (int i = 0; i < 64; i++)
+		prep(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)g->map, 2 * CHUNK,
+		     pos + i * 2 * CHUNK, len + i * 2 * CHUNK, i);
+	ASSERT_EQ(64, io_uring_submit(&self->ring));
+	rec_gpu(g, len, len, 0x7406, pos);
+	io_uring_queue_exit(&self->ring);
+	ASSERT_EQ(0, io_uring_queue_init(2 * QD, &self->ring,
+					 IORING_SETUP_SQE128 | IORING_SETUP_CQE32));
+
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		struct io_uring r;
+		struct gpu c = { .index = g->index };
+		int dev = open("/dev/p2pdirect", O_RDWR);
+
+		memcpy(c.bdf, g->bdf, sizeof(c.bdf));
+
+		if (dev < 0 || gpu_alloc(dev, &c) ||
+		    io_uring_queue_init(QD, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32))
+			_exit(1);
+		rec_gpu(&c, 0, QD * CHUNK, 0x7406, pos);
+		for (int i = 0; i < QD; i++)
+			prep(&r, dev, 0, self->ns1, 0, (uintptr_t)c.map, CHUNK, pos + i * CHUNK,
+			     i * CHUNK, i);
+		_exit(io_uring_submit(&r) == QD ? 0 : 2);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	memset(g->map, 0, CHUNK);
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
+	       (unsigned long long)g->a.provider_offset, (unsigned long long)CHUNK);
+	EXPECT_EQ((int)CHUNK, one(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)g->map,
+				  CHUNK, pos, 0).res);
+	rec_gpu(g, 0, CHUNK, 0x7406, pos);
+	EXPECT_EQ(0ull, fill_diff(g->map, CHUNK, pos, 0x7406));
+	printf("# DMACHECK ns=1 off=%llu len=%llu where=gpu:%s op=read\n",
+	       (unsigned long long)pos, (unsigned long long)len, g->bdf);
+}
+
+static int sysfs_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+	int e;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, val, strlen(val));
+	e = errno;
+	close(fd);
+	if (n < 0)
+		return -e;
+	return n == (ssize_t)strlen(val) ? 0 : -EIO;
+}
+
+/*
+ * GPU 1 unbound from p2pdirect by the very thread whose ring has 64 READs
+ * into GPU 1 in flight, a ring that runs completions only when this thread
+ * enters it (DEFER_TASKRUN): the unbind waits for the READs' pins, which
+ * their bios' completion releases, not the ring's task work, so it returns.
+ * The READs then complete whole (their pages stayed pinned until the bios
+ * were done). Bound again, GPU 1's memory is handed out zeroed.
+ */
+TEST_F_TIMEOUT(ur, gpu_unbind_with_own_commands_in_flight, 120)
+{
+	struct gpu *g = &self->gpu[1];
+	__u64 pos = OWN + 16 * MiB, len = 64 * CHUNK, old_off = g->a.provider_offset;
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	struct p2pdirect_free f = { .handle = g->a.handle };
+	struct gpu again = *g;
+	struct io_uring r;
+	struct done d[64];
+	int bad = 0;
+
+	ASSERT_EQ(0, seed_ns(self, g, 0, len, pos, 0x7406));
+	ASSERT_EQ(0, io_uring_queue_init(QD, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32 |
+					 IORING_SETUP_SINGLE_ISSUER |
+					 IORING_SETUP_DEFER_TASKRUN));
+	for (int i = 0; i < 64; i++)
+		prep(&r, self->dev, 0, self->ns1, 0, (uintptr_t)g->map, CHUNK, pos + i * CHUNK,
+		     len + i * CHUNK, i);
+	ASSERT_EQ(64, io_uring_submit(&r));
+	rec_gpu(g, len, len, 0x7406, pos);
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/unbind", g->bdf));
+	ASSERT_EQ(0, reap(&r, 64, d));
+	for (int i = 0; i < 64; i++)
+		bad += d[i].res != (int)CHUNK;
+	EXPECT_EQ(0, bad) TH_LOG("first result %d", d[0].res);
+	io_uring_queue_exit(&r);
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_FREE, &f));
+	munmap(g->map, BUF);
+	g->map = NULL;
+
+	/* Bound again: the memory the READs landed in is handed out zeroed. */
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", g->bdf));
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_BAR && p[i].pci_addr == g->pci)
+			again.index = p[i].index;
+	again.a.size = old_off + BUF;
+	again.a.provider = again.index;
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_ALLOC, &again.a));
+	record_alloc_zero(self->dev, &again.a);
+	f.handle = again.a.handle;
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_FREE, &f));
+}
+
+TEST_HARNESS_MAIN

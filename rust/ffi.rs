@@ -10,7 +10,10 @@
 pub(crate) mod uapi;
 
 pub(crate) use crate::sys::blkdev::DmaLeg;
-use crate::sys::{bio::BioPages, blkdev::BlockDevice};
+use crate::sys::{
+    bio::{BioPages, DropInAnyContext},
+    blkdev::BlockDevice,
+};
 
 use core::ptr::NonNull;
 use kernel::{
@@ -109,7 +112,13 @@ mod shim {
         pub(super) fn p2pdirect_fput(f: *mut file);
         pub(super) fn p2pdirect_io_limits(f: *mut file, l: *mut super::Limits);
         pub(super) fn p2pdirect_io_bdev(f: *mut file) -> *mut block_device;
-        pub(super) fn p2pdirect_bdev_needs_writeback(f: *mut file, pos: u64, len: u64) -> bool;
+        pub(super) fn p2pdirect_bdev_cache_busy(
+            f: *mut file,
+            pos: u64,
+            len: u64,
+            write: bool,
+        ) -> bool;
+        pub(super) fn p2pdirect_pins_exit();
         pub(super) fn p2pdirect_bdev_sync(f: *mut file, pos: u64, len: u64) -> c_int;
         pub(super) fn p2pdirect_bdev_invalidate(f: *mut file, pos: u64, len: u64);
         pub(super) fn p2pdirect_file_rw(
@@ -176,6 +185,9 @@ impl Globals {
 
 impl Drop for Globals {
     fn drop(&mut self) {
+        // SAFETY: the last pin went with the misc device and the providers
+        // (dropped before the globals); this waits for their deferred frees.
+        unsafe { shim::p2pdirect_pins_exit() };
         // Statics are never dropped: free the buffers here.
         drop(core::mem::replace(
             &mut *STATS.lock(),
@@ -565,6 +577,12 @@ impl PinRef {
     }
 }
 
+// SAFETY: the last reference unpins the pages (what the block layer's own
+// direct I/O does in bio completion), DMA-unmaps a pin that was mapped (an
+// I/O's pins never are) and frees the page array, by a work item where
+// vfree() may not run (`p2pdirect_kvfree_any`); no lock, no sleep.
+unsafe impl DropInAnyContext for PinRef {}
+
 impl BioPages for PinRef {
     fn len(&self) -> u64 {
         PinRef::len(self)
@@ -662,11 +680,12 @@ impl IoFile {
         self.bdev().dma_legs()
     }
 
-    /// Raw block devices: whether writing back cached data of the range
-    /// would have to wait.
-    pub(crate) fn bdev_needs_writeback(&self, pos: u64, len: u64) -> bool {
+    /// Raw block devices: whether the cache work before a direct I/O of the
+    /// range may wait (dirty pages to write back; for a WRITE, cached pages
+    /// to drop).
+    pub(crate) fn bdev_cache_busy(&self, pos: u64, len: u64, write: bool) -> bool {
         // SAFETY: the file is valid (type invariant).
-        unsafe { shim::p2pdirect_bdev_needs_writeback(self.file.as_ptr(), pos, len) }
+        unsafe { shim::p2pdirect_bdev_cache_busy(self.file.as_ptr(), pos, len, write) }
     }
 
     /// Raw block devices: writes back cached dirty data of the range.

@@ -173,13 +173,16 @@ pub(crate) fn submit_uring(me: &OpenFile, req: &Request, cmd: &mut UringCmd) -> 
             return Ok(0);
         }
     };
-    // Dirty cached data of the range is written back first (`bdev_io`):
-    // where that would wait, the command goes to io_uring's worker.
-    if cmd.nonblock() && d.file.bdev_needs_writeback(d.pos, d.len) {
+    // The cache work of `bdev_io` (write back dirty pages; a WRITE drops
+    // cached ones): where that may wait, the command goes to io_uring's
+    // worker.
+    if cmd.nonblock() && d.file.bdev_cache_busy(d.pos, d.len, d.write) {
         return Err(EAGAIN);
     }
     if let Err(e) = d.file.bdev_sync(d.pos, d.len) {
         drop(d);
+        // Never EAGAIN from the worker: io_uring would issue it again.
+        let e = if e == EAGAIN { EIO } else { e };
         record(req.write, &keys, &Err(e), start);
         return Err(e);
     }
@@ -261,10 +264,7 @@ struct UringIo {
     cmd: Option<PendingCmd>,
 }
 
-// SAFETY: `PinRef`'s drop (unpin, DMA unmap, kvfree) may run in interrupt
-// context, as the block layer's own direct I/O releases user pages in bio
-// completion.
-unsafe impl AsyncOwner for UringIo {
+impl AsyncOwner for UringIo {
     type Pages = PinRef;
     type Built = (u64, Option<Error>);
 
@@ -274,8 +274,15 @@ unsafe impl AsyncOwner for UringIo {
 
     fn completed(mut batch: KBox<AsyncBatch<Self>>) {
         // Interrupt context: the rest runs in the submitter's task.
-        if let Some(cmd) = batch.owner_mut().cmd.take() {
-            cmd.complete(batch);
+        match batch.owner_mut().cmd.take() {
+            Some(cmd) => cmd.complete(batch),
+            // Cannot happen (`submit_uring` sets it before the bios go).
+            // Nothing of the batch may be dropped here (the statistics
+            // lock sleeps): keep it.
+            None => {
+                pr_err!("io_uring I/O completed without its command; leaking its state\n");
+                KBox::leak(batch);
+            }
         }
     }
 }

@@ -10,7 +10,10 @@
 #include <linux/highmem.h>
 #include <linux/io_uring/cmd.h>
 #include <linux/kref.h>
+#include <linux/llist.h>
 #include <linux/uio.h>
+#include <linux/vmalloc.h>
+#include <linux/workqueue.h>
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
@@ -379,6 +382,41 @@ void p2pdirect_pin_dma_unmap(struct p2pdirect_pin *pin)
 	pin->dma_dev = NULL;
 }
 
+/*
+ * The last reference of an I/O's pin may go in a bio's completion (atomic
+ * context, interrupts off on NVMe's timeout path), where vfree() must not
+ * run: a vmalloc'ed page array is freed by a work item then, the array itself
+ * holding the list node. p2pdirect_pins_exit() waits for it.
+ */
+static LLIST_HEAD(p2pdirect_deferred);
+
+static void p2pdirect_deferred_free(struct work_struct *work)
+{
+	struct llist_node *n = llist_del_all(&p2pdirect_deferred), *next;
+
+	for (; n; n = next) {
+		next = n->next;
+		vfree(n);
+	}
+}
+
+static DECLARE_WORK(p2pdirect_deferred_work, p2pdirect_deferred_free);
+
+static void p2pdirect_kvfree_any(void *p)
+{
+	if (is_vmalloc_addr(p) && !preemptible()) {
+		if (llist_add(p, &p2pdirect_deferred))
+			schedule_work(&p2pdirect_deferred_work);
+		return;
+	}
+	kvfree(p);
+}
+
+void p2pdirect_pins_exit(void)
+{
+	flush_work(&p2pdirect_deferred_work);
+}
+
 static void p2pdirect_pin_free(struct kref *ref)
 {
 	struct p2pdirect_pin *pin = container_of(ref, struct p2pdirect_pin, ref);
@@ -392,7 +430,7 @@ static void p2pdirect_pin_free(struct kref *ref)
 	} else {
 		unpin_user_pages(pin->pages, pin->npages);
 	}
-	kvfree(pin->pages);
+	p2pdirect_kvfree_any(pin->pages);
 	kfree(pin);
 }
 
@@ -681,10 +719,18 @@ void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
  * Raw block devices: what is cached of [pos, pos + len) must not hide the
  * bios' data. Before: write back dirty cache; after a write: drop the cache.
  */
-/* Whether writing back cached data of [pos, pos + len) would have to wait. */
-bool p2pdirect_bdev_needs_writeback(struct file *f, u64 pos, u64 len)
+/*
+ * Whether the cache work before a direct I/O of [pos, pos + len) may wait:
+ * writing back dirty pages, or (a WRITE) dropping cached ones, as
+ * kiocb_write_and_wait() and kiocb_invalidate_pages() judge for IOCB_NOWAIT.
+ */
+bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write)
 {
-	return filemap_range_needs_writeback(f->f_mapping, pos, pos + len - 1);
+	struct address_space *m = f->f_mapping;
+	u64 end = pos + len - 1;
+
+	return filemap_range_needs_writeback(m, pos, end) ||
+	       (write && filemap_range_has_page(m, pos, end));
 }
 
 int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len)

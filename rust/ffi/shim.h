@@ -59,6 +59,7 @@ unsigned int p2pdirect_pin_dma_segs(struct p2pdirect_pin *pin, u64 *addr, u64 *l
 				    unsigned int max);
 void p2pdirect_pin_dma_unmap(struct p2pdirect_pin *pin);
 void p2pdirect_unpin(struct p2pdirect_pin *pin);
+void p2pdirect_pins_exit(void);
 struct p2pdirect_pin *p2pdirect_pin_get(struct p2pdirect_pin *pin);
 struct p2pdirect_pin *p2pdirect_pin_bounce(u64 len);
 u64 p2pdirect_pin_len(struct p2pdirect_pin *pin);
@@ -74,7 +75,7 @@ struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev);
 void p2pdirect_fput(struct file *f);
 void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l);
 struct block_device *p2pdirect_io_bdev(struct file *f);
-bool p2pdirect_bdev_needs_writeback(struct file *f, u64 pos, u64 len);
+bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write);
 int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len);
 void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len);
 ssize_t p2pdirect_file_rw(struct file *f, struct p2pdirect_pin *pin, u64 off, u64 len,

@@ -7,14 +7,17 @@
 //!
 //! - [`BioSet`]: the module's bio set (bios with a front pad that carries the
 //!   bio's byte offset in its I/O; the per-CPU cache recycles small bios).
-//! - [`Batch`]: the bios of one I/O into or out of one [`BioPages`]. Only the
-//!   batch creates its bios ([`Batch::bio`]), adds its pages to them and
-//!   submits them; the batch waits for all of them before it goes (in
-//!   [`Batch::wait`] or its `Drop`), so no bio outlives it or its pages.
-//!   Completion runs in the bio's `bi_end_io` (any context) and touches only
-//!   atomics and a completion.
+//! - [`Batch`]: the bios of one I/O into or out of one [`BioPages`] that the
+//!   caller waits for: they exist only inside [`Batch::run`], which waits
+//!   for all of them, so no bio outlives the batch or its pages.
+//! - [`AsyncBatch`]: the bios of one I/O nobody waits for: the batch owns
+//!   its pages, lets go of them in the last bio's completion and hands
+//!   itself to its [`AsyncOwner`].
 //! - [`rw_onstack`]: an I/O that fits one bio, on the stack, with no
 //!   allocation at all.
+//!
+//! Completion runs in the bio's `bi_end_io` (any context) and touches only
+//! atomics and a completion, until the last bio hands an [`AsyncBatch`] on.
 
 use core::{
     cell::Cell,
@@ -107,9 +110,10 @@ impl Drop for BioSet {
     fn drop(&mut self) {
         SET.state.store(SET_BUSY, Ordering::Release);
         // SAFETY: the set is initialised (type invariant). No bio of it is in
-        // flight: every batch waits for its bios before it goes, and the
-        // token is dropped only after every user of the set (the misc device
-        // and its files hold the module) is gone.
+        // flight: a `Batch` waits for its bios, and an `AsyncBatch`'s owner
+        // holds what keeps the module loaded until its completion ran (the
+        // io_uring request holds its /dev/p2pdirect file); the token is
+        // dropped only after every user of the set is gone.
         unsafe { bindings::bioset_exit(SET.set.get()) };
         SET.state.store(SET_UNUSED, Ordering::Release);
     }
@@ -491,17 +495,21 @@ impl<P: BioPages> BuildBios for Batch<'_, P> {
     }
 }
 
-/// The owner of an [`AsyncBatch`]: holds the block device open, and learns
-/// of the batch's end.
+/// Values that may be dropped in any context, hard interrupts included.
 ///
 /// # Safety
 ///
-/// `Pages` may be dropped in any context, hard interrupts included: the
-/// batch lets go of its pages in its last bio's completion, so that nothing
-/// waiting for them (a device's removal) waits for the owner's own end.
-pub(crate) unsafe trait AsyncOwner: Send + Sized + 'static {
+/// The type's `Drop` (and its fields') never sleeps and takes no lock that
+/// is not interrupt-safe.
+pub(crate) unsafe trait DropInAnyContext {}
+
+/// The owner of an [`AsyncBatch`]: holds the block device open, and learns
+/// of the batch's end. The batch lets go of its pages in its last bio's
+/// completion, so that nothing waiting for them (a device's removal) waits
+/// for the owner's own end.
+pub(crate) trait AsyncOwner: Send + Sized + 'static {
     /// The pages the bios carry.
-    type Pages: BioPages + Send;
+    type Pages: BioPages + DropInAnyContext + Send;
     /// What building the bios found (see [`AsyncBatch::launch`]).
     type Built: Send;
 

@@ -5,8 +5,10 @@
  * GPUs, pointer and registered memory, files on ext4 and xfs, the errors in
  * the CQEs, and FREE, close and ring teardown racing commands in flight.
  *
- * NSID 1 [136, 160) MiB belongs to this suite, 8 MiB or 4 MiB to each test
- * that moves data: no other suite touches it, so the DMACHECK records (every
+ * NSID 1 [142, 158) MiB belongs to this suite, 4 MiB to each test that moves
+ * data (the last 4 MiB to the two teardown tests, which read the same bytes
+ * into the same GPU): no other suite touches it (harden_test reads at 140 and
+ * 141 MiB, fault_test starts at 160), so the DMACHECK records (every
  * traced NVMe command on a range had its data pointers in the GPU's BAR)
  * prove where the bytes went; HOSTCHECK and NVMECHECK records prove what
  * they were (ci/hostcheck.py).
@@ -34,9 +36,9 @@
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
 #define BUF (16 * MiB)
-#define OWN (136 * MiB)		/* this suite's part of NSID 1: 24 MiB */
+#define OWN (142 * MiB)		/* this suite's part of NSID 1: 16 MiB */
 #define QD 128
-#define CHUNK (64 * KiB)
+#define CHUNK (32 * KiB)
 
 struct gpu {
 	__u32 index;
@@ -46,11 +48,28 @@ struct gpu {
 	__u8 *map;
 };
 
+static int sysfs_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+	int e;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, val, strlen(val));
+	e = errno;
+	close(fd);
+	if (n < 0)
+		return -e;
+	return n == (ssize_t)strlen(val) ? 0 : -EIO;
+}
+
 FIXTURE(ur) {
 	int dev;
 	int ns1, ns4;
 	struct gpu gpu[2];
 	struct io_uring ring;
+	int unbound;		/* GPU 1 unbound by a test: bind it again */
 };
 
 static int gpu_alloc(int dev, struct gpu *g)
@@ -108,6 +127,8 @@ FIXTURE_SETUP(ur)
 
 FIXTURE_TEARDOWN(ur)
 {
+	if (self->unbound)
+		sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", self->gpu[1].bdf);
 	io_uring_queue_exit(&self->ring);
 	for (int g = 0; g < 2; g++)
 		gpu_free(self->dev, &self->gpu[g]);
@@ -186,6 +207,22 @@ static struct done one(struct io_uring *ring, int dev, int write, int fd, __u32 
 	return d;
 }
 
+/* The STATS row of provider @pci (pinned bytes, reads counted), or -1. */
+static int stat_of(int dev, __u32 pci, struct p2pdirect_stat *out)
+{
+	struct p2pdirect_stat st[64];
+	struct p2pdirect_stats req = { .entries = (uintptr_t)st, .capacity = 64 };
+
+	if (ioctl(dev, P2PDIRECT_IOC_STATS, &req))
+		return -1;
+	for (unsigned int i = 0; i < req.count && i < 64; i++)
+		if (st[i].kind == P2PDIRECT_STAT_PROVIDER && st[i].id == pci) {
+			*out = st[i];
+			return 0;
+		}
+	return -1;
+}
+
 static void rec_gpu(const struct gpu *g, __u64 boff, __u64 len, __u64 seed, __u64 pos)
 {
 	printf("# HOSTCHECK gpu=%s off=%llu len=%llu fill=%llu pos=%llu guard=0\n", g->bdf,
@@ -207,7 +244,7 @@ static void rec_dma(const struct gpu *g, __u64 off, __u64 len, const char *op)
 }
 
 /*
- * QD 128 on the raw namespace: 128 WRITEs of 64 KiB from GPU 0, all in
+ * QD 128 on the raw namespace: 128 WRITEs of 32 KiB from GPU 0, all in
  * flight at once, then 128 READs of the same blocks into GPU 1.
  */
 TEST_F(ur, qd128_write_then_read_both_gpus)
@@ -261,8 +298,8 @@ static int seed_ns(struct _test_data_ur *self, struct gpu *g, __u64 boff, __u64 
 }
 
 /*
- * Registered memory, mixed: 32 READs of 64 KiB and 32 WRITEs of 64 KiB of
- * NSID 1 [OWN + 8, + 4) MiB, interleaved in one submission; the WRITEs then
+ * Registered memory, mixed: 32 READs of 32 KiB and 32 WRITEs of 32 KiB of
+ * NSID 1 [OWN + 4, + 4) MiB, interleaved in one submission; the WRITEs then
  * read back by an ioctl.
  */
 TEST_F(ur, mixed_read_write_registered)
@@ -271,7 +308,7 @@ TEST_F(ur, mixed_read_write_registered)
 	struct p2pdirect_register reg = {
 		.addr = (uintptr_t)g->map, .size = BUF, .flags = P2PDIRECT_REG_WRITE,
 	};
-	__u64 rpos = OWN + 8 * MiB, wpos = OWN + 10 * MiB, len = 32 * CHUNK;
+	__u64 rpos = OWN + 4 * MiB, wpos = OWN + 6 * MiB, len = 32 * CHUNK;
 	struct p2pdirect_io back;
 	struct done d[64];
 
@@ -303,8 +340,9 @@ TEST_F(ur, mixed_read_write_registered)
 	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_READ, &back));
 	rec_gpu(g, 8 * MiB, len, 0x7203, wpos);
 	EXPECT_EQ(0ull, fill_diff(g->map + 8 * MiB, len, wpos, 0x7203));
-	printf("# DMACHECK ns=1 off=%llu len=%llu where=gpu:%s\n", (unsigned long long)rpos,
-	       (unsigned long long)(4 * MiB), g->bdf);
+	for (__u64 at = rpos; at <= wpos; at += wpos - rpos)
+		printf("# DMACHECK ns=1 off=%llu len=%llu where=gpu:%s\n", (unsigned long long)at,
+		       (unsigned long long)len, g->bdf);
 }
 
 /*
@@ -338,6 +376,52 @@ TEST_F(ur, files_on_ext4_and_xfs)
 		rec_gpu(g, 0, 16 * n, f[k].seed, pos);
 		EXPECT_EQ(0ull, fill_diff(g->map, 16 * n, pos, f[k].seed));
 		close(fd);
+	}
+}
+
+/*
+ * WRITEs to new files on ext4 and xfs, 16 of 128 KiB in flight (the first
+ * ones extend the file), then READs of them back into the other half of the
+ * buffer.
+ */
+TEST_F(ur, file_writes_on_ext4_and_xfs)
+{
+	static const char *const path[] = { "/mnt/ext4/uring-w.bin", "/mnt/xfs/uring-w.bin" };
+	__u64 n = 128 * KiB, len = 16 * n;
+
+	for (int k = 0; k < 2; k++) {
+		struct gpu *g = &self->gpu[k];
+		__u64 seed = 0x7500 + k;
+		struct done d[16];
+		int bad = 0;
+		int fd = open(path[k], O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+
+		ASSERT_LE(0, fd) TH_LOG("open %s: %s", path[k], strerror(errno));
+		fill_buf(g->map, len, 0, seed);
+		rec_gpu(g, 0, len, seed, 0);
+		for (int i = 0; i < 16; i++)
+			prep(&self->ring, self->dev, 1, fd, 0, (uintptr_t)g->map, n, i * n, i * n,
+			     i);
+		ASSERT_EQ(16, io_uring_submit(&self->ring));
+		ASSERT_EQ(0, reap(&self->ring, 16, d));
+		for (int i = 0; i < 16; i++) {
+			EXPECT_EQ((int)n, d[i].res) TH_LOG("%s write %d: %s", path[k], i,
+							   strerror(-d[i].res));
+			EXPECT_EQ(n, d[i].p2p);
+		}
+		ASSERT_EQ(0, fsync(fd));
+		for (int i = 0; i < 16; i++)
+			prep(&self->ring, self->dev, 0, fd, 0, (uintptr_t)g->map, n, i * n,
+			     len + i * n, i);
+		ASSERT_EQ(16, io_uring_submit(&self->ring));
+		ASSERT_EQ(0, reap(&self->ring, 16, d));
+		for (int i = 0; i < 16; i++)
+			bad += d[i].res != (int)n;
+		EXPECT_EQ(0, bad) TH_LOG("%s: first read %d", path[k], d[0].res);
+		rec_gpu(g, len, len, seed, 0);
+		EXPECT_EQ(0ull, fill_diff(g->map + len, len, 0, seed));
+		close(fd);
+		unlink(path[k]);
 	}
 }
 
@@ -423,7 +507,7 @@ TEST_F(ur, errors_in_cqes)
 }
 
 /*
- * FREE while 64 READs of NSID 1 [OWN + 12, + 4) MiB into the allocation are
+ * FREE while 64 READs of NSID 1 [OWN + 8, + 2) MiB into the allocation are
  * in flight: FREE does not wait, every command completes (the pages were
  * pinned at submission), and the memory handed out afterwards is zeroed
  * (the host replays the records: no late DMA landed in it).
@@ -432,12 +516,15 @@ TEST_F(ur, free_races_commands_in_flight)
 {
 	struct gpu *g = &self->gpu[0];
 	struct p2pdirect_free f = { .handle = g->a.handle };
-	__u64 pos = OWN + 12 * MiB, len = 64 * CHUNK;
+	__u64 pos = OWN + 8 * MiB, len = 64 * CHUNK, old_off = g->a.provider_offset;
 	struct done d[64];
 	__u8 *old = g->map;
 	int bad = 0;
 
+	struct p2pdirect_stat before, after;
+
 	ASSERT_EQ(0, seed_ns(self, g, 0, len, pos, 0x7305));
+	ASSERT_EQ(0, stat_of(self->dev, g->pci, &before));
 	for (int i = 0; i < 64; i++)
 		prep(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)old, CHUNK,
 		     pos + i * CHUNK, len + i * CHUNK, i);
@@ -451,8 +538,14 @@ TEST_F(ur, free_races_commands_in_flight)
 		bad += d[i].res != (int)CHUNK;
 	EXPECT_EQ(0, bad) TH_LOG("first result %d", d[0].res);
 	rec_dma(g, pos, len, "read");
-	/* Device memory handed out again: zeroed. */
+	/* Every command was counted, and gave its pinned bytes back. */
+	ASSERT_EQ(0, stat_of(self->dev, g->pci, &after));
+	EXPECT_EQ(before.reads + 64, after.reads);
+	EXPECT_EQ(before.bytes_read + len, after.bytes_read);
+	EXPECT_EQ(0ull, after.pinned_bytes);
+	/* The same device memory, handed out again: zeroed. */
 	ASSERT_EQ(0, gpu_alloc(self->dev, g));
+	EXPECT_EQ(old_off, g->a.provider_offset);
 	for (__u64 i = 0; i < BUF; i++)
 		if (g->map[i]) {
 			EXPECT_EQ(0, g->map[i]) TH_LOG("byte %llu of the new allocation",
@@ -462,21 +555,24 @@ TEST_F(ur, free_races_commands_in_flight)
 }
 
 /*
- * Teardown with commands in flight, NSID 1 [OWN + 16, + 8) MiB: the ring
+ * Teardown with commands in flight, NSID 1 [OWN + 12, + 4) MiB: the ring
  * closed under 64 READs, then a child process exiting with 128 READs in
- * flight on its own file and ring; all complete and the device stays usable.
+ * flight on its own file and ring; all complete (STATS counts them, with no
+ * error) and the device stays usable.
  */
 TEST_F(ur, teardown_with_commands_in_flight)
 {
 	struct gpu *g = &self->gpu[1];
-	__u64 pos = OWN + 16 * MiB, len = 8 * MiB;
+	__u64 pos = OWN + 12 * MiB, len = 4 * MiB;
+	struct p2pdirect_stat before, after;
 	int status;
 	pid_t pid;
 
 	ASSERT_EQ(0, seed_ns(self, g, 0, len, pos, 0x7406));
+	ASSERT_EQ(0, stat_of(self->dev, g->pci, &before));
 	for (int i = 0; i < 64; i++)
-		prep(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)g->map, 2 * CHUNK,
-		     pos + i * 2 * CHUNK, len + i * 2 * CHUNK, i);
+		prep(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)g->map, len / 64,
+		     pos + i * (len / 64), len + i * (len / 64), i);
 	ASSERT_EQ(64, io_uring_submit(&self->ring));
 	rec_gpu(g, len, len, 0x7406, pos);
 	io_uring_queue_exit(&self->ring);
@@ -495,14 +591,24 @@ TEST_F(ur, teardown_with_commands_in_flight)
 		if (dev < 0 || gpu_alloc(dev, &c) ||
 		    io_uring_queue_init(QD, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32))
 			_exit(1);
-		rec_gpu(&c, 0, QD * CHUNK, 0x7406, pos);
+		rec_gpu(&c, 0, len, 0x7406, pos);
 		for (int i = 0; i < QD; i++)
-			prep(&r, dev, 0, self->ns1, 0, (uintptr_t)c.map, CHUNK, pos + i * CHUNK,
-			     i * CHUNK, i);
+			prep(&r, dev, 0, self->ns1, 0, (uintptr_t)c.map, len / QD,
+			     pos + i * (len / QD), i * (len / QD), i);
 		_exit(io_uring_submit(&r) == QD ? 0 : 2);
 	}
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* All 192 READs end, none in error (they may end after their ring). */
+	for (int t = 0; t < 200; t++) {
+		ASSERT_EQ(0, stat_of(self->dev, g->pci, &after));
+		if (after.reads >= before.reads + 64 + QD)
+			break;
+		usleep(50 * 1000);
+	}
+	EXPECT_EQ(before.reads + 64 + QD, after.reads);
+	EXPECT_EQ(before.errors, after.errors);
+	EXPECT_EQ(before.bytes_read + 2 * len, after.bytes_read);
 	memset(g->map, 0, CHUNK);
 	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
 	       (unsigned long long)g->a.provider_offset, (unsigned long long)CHUNK);
@@ -512,22 +618,6 @@ TEST_F(ur, teardown_with_commands_in_flight)
 	EXPECT_EQ(0ull, fill_diff(g->map, CHUNK, pos, 0x7406));
 	printf("# DMACHECK ns=1 off=%llu len=%llu where=gpu:%s op=read\n",
 	       (unsigned long long)pos, (unsigned long long)len, g->bdf);
-}
-
-static int sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-	int e;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	e = errno;
-	close(fd);
-	if (n < 0)
-		return -e;
-	return n == (ssize_t)strlen(val) ? 0 : -EIO;
 }
 
 /*
@@ -541,7 +631,7 @@ static int sysfs_write(const char *path, const char *val)
 TEST_F_TIMEOUT(ur, gpu_unbind_with_own_commands_in_flight, 120)
 {
 	struct gpu *g = &self->gpu[1];
-	__u64 pos = OWN + 16 * MiB, len = 64 * CHUNK, old_off = g->a.provider_offset;
+	__u64 pos = OWN + 12 * MiB, len = 64 * CHUNK, old_off = g->a.provider_offset;
 	struct p2pdirect_provider_info p[8];
 	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
 	struct p2pdirect_free f = { .handle = g->a.handle };
@@ -559,6 +649,7 @@ TEST_F_TIMEOUT(ur, gpu_unbind_with_own_commands_in_flight, 120)
 		     len + i * CHUNK, i);
 	ASSERT_EQ(64, io_uring_submit(&r));
 	rec_gpu(g, len, len, 0x7406, pos);
+	self->unbound = 1;
 	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/unbind", g->bdf));
 	ASSERT_EQ(0, reap(&r, 64, d));
 	for (int i = 0; i < 64; i++)
@@ -571,14 +662,19 @@ TEST_F_TIMEOUT(ur, gpu_unbind_with_own_commands_in_flight, 120)
 
 	/* Bound again: the memory the READs landed in is handed out zeroed. */
 	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", g->bdf));
+	self->unbound = 0;
 	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	again.index = ~0u;
 	for (unsigned int i = 0; i < req.count && i < 8; i++)
 		if (p[i].kind == P2PDIRECT_PROVIDER_BAR && p[i].pci_addr == g->pci)
 			again.index = p[i].index;
+	ASSERT_NE(~0u, again.index) TH_LOG("%s is no provider after the bind", g->bdf);
+	memset(&again.a, 0, sizeof(again.a));
 	again.a.size = old_off + BUF;
 	again.a.provider = again.index;
 	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_ALLOC, &again.a));
 	record_alloc_zero(self->dev, &again.a);
+	EXPECT_EQ(0ull, again.a.provider_offset);
 	f.handle = again.a.handle;
 	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_FREE, &f));
 }

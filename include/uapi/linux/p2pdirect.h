@@ -534,14 +534,22 @@ struct p2pdirect_stats {
  * p2p_bytes - bounce_bytes unless the I/O bounced, and is counted in STATS
  * either way; big_cqe[1] is 0.
  *
- * Raw block devices (without COMPAT) complete asynchronously: the bios are
- * submitted at submission time and their completion posts the CQE, with
- * no thread per I/O. Regular files and P2PDIRECT_IO_COMPAT run the
- * synchronous path in one of io_uring's worker threads (ABI 1.8). An I/O
- * in flight holds its memory like an ioctl does: FREE, DEREGISTER, close
- * and process exit revoke the mapping at once, and the memory is reused
- * only after the I/O completed. Commands cannot be cancelled; ring
- * teardown waits for them (they end when their bios do).
+ * Raw block devices (without COMPAT) complete asynchronously: at submission
+ * the fd is looked up, the memory pinned and the bios submitted; their
+ * completion releases the pins and posts the CQE, with no thread per I/O.
+ * Regular files, P2PDIRECT_IO_COMPAT, and a raw range whose cached pages
+ * must first be written back (or, for a WRITE, dropped) run the synchronous
+ * path in one of io_uring's worker threads (ABI 1.8): for those the fd
+ * lookup and the pinning happen when the worker starts, after
+ * io_uring_enter() returned, so a FREE, munmap or close right after the
+ * submission can make them fail (-ENXIO, -EFAULT, -EBADF); a worker command
+ * that has not started when its ring is closed or its process exits ends
+ * with -ECANCELED. An I/O in flight holds its memory like an ioctl does:
+ * FREE, DEREGISTER, close and process exit revoke the mapping at once, and
+ * the memory is reused only after the I/O released it. A started command
+ * cannot be cancelled; ring teardown waits for it (it ends when its bios
+ * do). STATS counts a command, and its pinned_bytes drop, when its CQE is
+ * posted.
  */
 struct p2pdirect_uring_io {
 	__s32 fd;

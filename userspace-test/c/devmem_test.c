@@ -564,18 +564,6 @@ TEST_F(dm, odirect_read_into_device_memory)
 	close(nfd);
 }
 
-static int sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	close(fd);
-	return n == (ssize_t)strlen(val) ? 0 : -errno;
-}
-
 /*
  * The device goes away while its memory is allocated and mapped: the mapping
  * is revoked (access gets SIGBUS), FREE still works, and the device comes

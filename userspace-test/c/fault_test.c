@@ -107,22 +107,6 @@ static const char *ename(int e)
 	return s ? s : "E?";
 }
 
-static int sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-	int e;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	e = errno;
-	close(fd);
-	if (n < 0)
-		return -e;
-	return n == (ssize_t)strlen(val) ? 0 : -EIO;
-}
-
 static int sysfs_read(const char *path, char *buf, size_t len)
 {
 	return nvme_read_attr(path, buf, len) ? 0 : -ENOENT;

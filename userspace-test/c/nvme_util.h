@@ -7,6 +7,8 @@
 #ifndef P2PDIRECT_TEST_NVME_H
 #define P2PDIRECT_TEST_NVME_H
 
+#include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
 #include <stdint.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <unistd.h>
 
 /* Reads the first line of a sysfs attribute into @buf. Returns 1 on success. */
 static inline int nvme_read_attr(const char *path, char *buf, size_t len)
@@ -159,6 +162,23 @@ static inline uint64_t fill_word(uint64_t w, uint64_t seed)
 	x *= 0xBF58476D1CE4E5B9ULL;
 	x ^= x >> 32;
 	return x;
+}
+
+/* Writes @val to the sysfs file @path: 0 or -errno (-EIO on a short write). */
+static inline int sysfs_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n;
+	int e;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, val, strlen(val));
+	e = errno;
+	close(fd);
+	if (n < 0)
+		return -e;
+	return n == (ssize_t)strlen(val) ? 0 : -EIO;
 }
 
 /* The fill byte at byte offset @o for seed @seed. */

@@ -48,22 +48,6 @@ struct gpu {
 	__u8 *map;
 };
 
-static int sysfs_write(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-	int e;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, strlen(val));
-	e = errno;
-	close(fd);
-	if (n < 0)
-		return -e;
-	return n == (ssize_t)strlen(val) ? 0 : -EIO;
-}
-
 FIXTURE(ur) {
 	int dev;
 	int ns1, ns4;

@@ -23,6 +23,7 @@ use kernel::{
     page::{BorrowedPage, PAGE_SIZE},
     pci,
     prelude::*,
+    sync::aref::ARef,
     transmute::{AsBytes, FromBytes},
     uaccess::{UserPtr, UserSlice},
 };
@@ -109,7 +110,6 @@ mod shim {
             provider: *mut u32,
         ) -> bool;
         pub(super) fn p2pdirect_io_fget(fd: c_int, write: bool, is_bdev: *mut bool) -> *mut file;
-        pub(super) fn p2pdirect_fput(f: *mut file);
         pub(super) fn p2pdirect_io_limits(f: *mut file, l: *mut super::Limits);
         pub(super) fn p2pdirect_io_bdev(f: *mut file) -> *mut block_device;
         pub(super) fn p2pdirect_bdev_cache_busy(
@@ -121,14 +121,6 @@ mod shim {
         pub(super) fn p2pdirect_pins_exit();
         pub(super) fn p2pdirect_bdev_sync(f: *mut file, pos: u64, len: u64) -> c_int;
         pub(super) fn p2pdirect_bdev_invalidate(f: *mut file, pos: u64, len: u64);
-        pub(super) fn p2pdirect_file_rw(
-            f: *mut file,
-            pin: *mut c_void,
-            off: u64,
-            len: u64,
-            pos: u64,
-            write: bool,
-        ) -> isize;
         pub(super) fn p2pdirect_file_hole_bytes(f: *mut file, pos: u64, len: u64) -> i64;
         pub(super) fn p2pdirect_bar_of_bus_addr(
             pdev: *mut pci_dev,
@@ -628,16 +620,11 @@ pub(crate) struct Limits {
 /// The target of a READ or WRITE: a block device or a regular file with a
 /// block device below, open in the calling process with O_DIRECT.
 ///
-/// # Invariants
-///
-/// `file` is a valid `struct file` on which this value owns one reference.
+/// Only the file's I/O operations are used, never its position (`f_pos`).
 pub(crate) struct IoFile {
-    file: NonNull<bindings::file>,
+    file: ARef<File>,
     is_bdev: bool,
 }
-
-// SAFETY: a referenced file may be used and released from any thread.
-unsafe impl Send for IoFile {}
 
 impl IoFile {
     /// Looks `fd` up in the calling process and checks it as read(2) or
@@ -645,10 +632,12 @@ impl IoFile {
     pub(crate) fn from_fd(fd: i32, write: bool) -> Result<Self> {
         let mut is_bdev = false;
         // SAFETY: looks up an fd of current; returns a referenced file or ERR_PTR.
-        let f = unsafe { shim::p2pdirect_io_fget(fd, write, &mut is_bdev) };
-        // INVARIANT: the shim returned the file with a reference for us.
+        let f = ptr_or_err(unsafe { shim::p2pdirect_io_fget(fd, write, &mut is_bdev) })?;
         Ok(Self {
-            file: ptr_or_err(f)?,
+            // SAFETY: the shim returned a file with a reference, which the
+            // `ARef` takes over. Nothing here uses its position, so no
+            // `fdget_pos` of another thread matters.
+            file: unsafe { ARef::from_raw(f.cast::<File>()) },
             is_bdev,
         })
     }
@@ -732,14 +721,12 @@ impl IoFile {
         pos: u64,
         write: bool,
     ) -> Result<u64> {
-        // SAFETY: file and pin are valid; the shim checks the range against the pin.
-        let r = unsafe {
-            shim::p2pdirect_file_rw(self.file.as_ptr(), pin.0.as_ptr(), off, len, pos, write)
-        };
-        if r < 0 {
-            return Err(Error::from_errno(r as i32));
-        }
-        Ok(r as u64)
+        crate::sys::fs::rw_sync(&self.file, pin, off, len, pos, write)
+    }
+
+    /// The file.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 
     /// Files: bytes of `[pos, pos + len)` in holes or unwritten extents.
@@ -750,13 +737,6 @@ impl IoFile {
             return Err(Error::from_errno(r as i32));
         }
         Ok(r as u64)
-    }
-}
-
-impl Drop for IoFile {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant we own one reference.
-        unsafe { shim::p2pdirect_fput(self.file.as_ptr()) };
     }
 }
 

@@ -25,11 +25,12 @@
 //!
 //! No lock is held across the I/O.
 //!
-//! io_uring (`submit_uring`): the same checks and accounting; a transfer
-//! on a raw block device runs asynchronously (an `AsyncBatch` owns what the
-//! bios use, and the last bio's completion hands it to task work that
-//! finishes the I/O and posts the CQE); the rest runs as above, in
-//! io_uring's worker.
+//! io_uring (`submit_uring`): the same checks and accounting, and the
+//! transfer runs asynchronously: on a raw block device an `AsyncBatch` owns
+//! what the bios use, and the last bio's completion hands it to task work
+//! that finishes the I/O and posts the CQE; on a file an asynchronous
+//! kiocb (`AsyncRw`) does the same from `ki_complete`. The COMPAT bounce
+//! runs as above, in io_uring's worker.
 
 use crate::{
     chardev::{OpenFile, UringSlot},
@@ -40,10 +41,12 @@ use crate::{
     sys::{
         bio::{self, AsyncBatch, AsyncOwner, Batch, BuildBios},
         blkdev::BlockDevice,
+        fs::{AsyncRw, AsyncRwOwner, Issued},
         uring_cmd::{PendingCmd, TaskWork, UringCmd},
     },
 };
 use kernel::{
+    fs::File,
     page::PAGE_SIZE,
     prelude::*,
     time::{Instant, Monotonic},
@@ -129,12 +132,11 @@ fn cqe(r: &Result<Done>) -> (i32, u64) {
 }
 
 /// An io_uring READ or WRITE (`P2PDIRECT_URING_CMD_*`), with the checks and
-/// the accounting of the ioctls. A device-to-device transfer on a raw block
-/// device runs asynchronously: its bios are submitted here and the last
-/// one's completion posts the CQE (through task work, in the submitter's
-/// task). Everything else (files, the COMPAT bounce, and what the checks
-/// finish at once) runs synchronously, in io_uring's worker when the issue
-/// may not block.
+/// the accounting of the ioctls. A device-to-device transfer runs
+/// asynchronously: its bios (raw block device) or its kiocb (file) are
+/// submitted here and their completion posts the CQE (through task work,
+/// in the submitter's task). The COMPAT bounce runs synchronously in
+/// io_uring's worker; what the checks finish at once is posted at once.
 pub(crate) fn submit_uring(me: &OpenFile, req: &Request, cmd: &mut UringCmd) -> Result<i32> {
     let slot = me.uring_slot().inspect_err(|_| {
         if ffi::ratelimit() {
@@ -145,8 +147,7 @@ pub(crate) fn submit_uring(me: &OpenFile, req: &Request, cmd: &mut UringCmd) -> 
             );
         }
     })?;
-    let raw_bdev = IoFile::from_fd(req.fd, req.write).is_ok_and(|f| f.is_bdev());
-    if !raw_bdev || req.flags & uapi::P2PDIRECT_IO_COMPAT != 0 {
+    if req.flags & uapi::P2PDIRECT_IO_COMPAT != 0 {
         if cmd.nonblock() {
             return Err(EAGAIN);
         }
@@ -158,21 +159,13 @@ pub(crate) fn submit_uring(me: &OpenFile, req: &Request, cmd: &mut UringCmd) -> 
     let start = Instant::<Monotonic>::now();
     let mut keys = Keys::default();
     let d = match plan(me, req, &mut keys) {
-        Ok(Planned::Direct(d)) if d.file.is_bdev() => d,
-        // The fd became another file since the check above: run it where
-        // it may block.
-        Ok(Planned::Direct(_)) if cmd.nonblock() => return Err(EAGAIN),
-        r => {
-            let r = r.and_then(|p| match p {
-                Planned::Done(d) => Ok(d),
-                Planned::Direct(d) => d.run(),
-            });
-            record(req.write, &keys, &r, start);
-            let (res, res2) = cqe(&r);
-            cmd.queue().ok_or(EINVAL)?.complete_with(res, res2);
-            return Ok(0);
-        }
+        Ok(Planned::Direct(d)) => d,
+        Ok(Planned::Done(done)) => return post_now(cmd, req.write, &keys, Ok(done), start),
+        Err(e) => return post_now(cmd, req.write, &keys, Err(e), start),
     };
+    if !d.file.is_bdev() {
+        return submit_file(d, keys, start, slot, cmd);
+    }
     // The cache work of `bdev_io` (write back dirty pages; a WRITE drops
     // cached ones): where that may wait, the command goes to io_uring's
     // worker.
@@ -189,33 +182,9 @@ pub(crate) fn submit_uring(me: &OpenFile, req: &Request, cmd: &mut UringCmd) -> 
     if d.write {
         d.file.bdev_invalidate(d.pos, d.len);
     }
-    let Direct {
-        file,
-        lim,
-        mem,
-        pos,
-        len,
-        write,
-        done,
-        _pinned: pinned,
-    } = d;
-    let first = mem.pages.page_offset();
-    let io = UringIo {
-        file,
-        lim,
-        off: mem.offset,
-        first,
-        pos,
-        len,
-        write,
-        done,
-        _pinned: pinned,
-        keys: keys.clone(),
-        start,
-        _slot: slot,
-        cmd: None,
-    };
-    let mut batch = match AsyncBatch::new(io, mem.pages, write) {
+    let write = d.write;
+    let (io, pages) = UringIo::new(d, &keys, start, slot);
+    let mut batch = match AsyncBatch::new(io, pages, write) {
         Ok(b) => b,
         Err(e) => {
             record(write, &keys, &Err(e), start);
@@ -242,8 +211,8 @@ pub(crate) fn submit_uring(me: &OpenFile, req: &Request, cmd: &mut UringCmd) -> 
     Ok(0)
 }
 
-/// An io_uring transfer on a raw block device while its bios are in
-/// flight (the batch holds the pages): what finishes it, the command, and
+/// An io_uring transfer while the device or the file system has it (the
+/// batch or the kiocb holds the pages): what finishes it, the command, and
 /// what it counts.
 struct UringIo {
     file: IoFile,
@@ -259,9 +228,78 @@ struct UringIo {
     keys: Keys,
     start: Instant<Monotonic>,
     _slot: UringSlot,
-    /// Set before the bios go; taken by their completion, which always
-    /// finds it (the batch completes once).
+    /// Set before the I/O goes; taken by its completion, which always
+    /// finds it (the I/O completes once).
     cmd: Option<PendingCmd>,
+}
+
+impl UringIo {
+    /// The state of the checked transfer `d`, and its pages.
+    fn new(d: Direct, keys: &Keys, start: Instant<Monotonic>, slot: UringSlot) -> (Self, PinRef) {
+        let Direct {
+            file,
+            lim,
+            mem,
+            pos,
+            len,
+            write,
+            done,
+            _pinned: pinned,
+        } = d;
+        let io = Self {
+            file,
+            lim,
+            off: mem.offset,
+            first: mem.pages.page_offset(),
+            pos,
+            len,
+            write,
+            done,
+            _pinned: pinned,
+            keys: keys.clone(),
+            start,
+            _slot: slot,
+            cmd: None,
+        };
+        (io, mem.pages)
+    }
+
+    /// The transfer ended with `r`: lets go of what it held, counts it and
+    /// returns the CQE.
+    fn finish(self, r: Result<Done>) -> (i32, u64) {
+        let (write, keys, start) = (self.write, self.keys.clone(), self.start);
+        drop(self);
+        record(write, &keys, &r, start);
+        cqe(&r)
+    }
+
+    /// Files: the kiocb ended with `r`; `notify`: the file's event is still
+    /// to be sent (an asynchronous kiocb's completion does not send it).
+    fn finish_file(self, r: Result<u64>, notify: bool) -> (i32, u64) {
+        let r = r.map(|bytes| {
+            if notify && bytes > 0 {
+                self.file.notify(self.write);
+            }
+            let zeroed = file_zeroed(&self.file, self.pos, bytes, self.write);
+            moved(&self.file, self.write, self.done, bytes, zeroed)
+        });
+        self.finish(r)
+    }
+}
+
+/// Hands a finished asynchronous I/O to task work in its submitter's task
+/// (any context, interrupts included).
+fn to_task<W: TaskWork>(cmd: Option<PendingCmd>, io: KBox<W>) {
+    match cmd {
+        Some(cmd) => cmd.complete(io),
+        // Cannot happen (the command is set before the I/O goes). Nothing
+        // of the I/O may be dropped here (the statistics lock sleeps): keep
+        // it.
+        None => {
+            pr_err!("io_uring I/O completed without its command; leaking its state\n");
+            KBox::leak(io);
+        }
+    }
 }
 
 impl AsyncOwner for UringIo {
@@ -273,17 +311,8 @@ impl AsyncOwner for UringIo {
     }
 
     fn completed(mut batch: KBox<AsyncBatch<Self>>) {
-        // Interrupt context: the rest runs in the submitter's task.
-        match batch.owner_mut().cmd.take() {
-            Some(cmd) => cmd.complete(batch),
-            // Cannot happen (`submit_uring` sets it before the bios go).
-            // Nothing of the batch may be dropped here (the statistics
-            // lock sleeps): keep it.
-            None => {
-                pr_err!("io_uring I/O completed without its command; leaking its state\n");
-                KBox::leak(batch);
-            }
-        }
+        let cmd = batch.owner_mut().cmd.take();
+        to_task(cmd, batch);
     }
 }
 
@@ -299,10 +328,97 @@ impl TaskWork for AsyncBatch<UringIo> {
         }
         let r = good_prefix(queued, build_err, bios)
             .map(|bytes| moved(&io.file, io.write, io.done, bytes, 0));
-        let (write, keys, start) = (io.write, io.keys.clone(), io.start);
-        drop(io);
-        record(write, &keys, &r, start);
-        cqe(&r)
+        io.finish(r)
+    }
+}
+
+/// Counts an io_uring command the checks finished at once and posts it.
+fn post_now(
+    cmd: &mut UringCmd,
+    write: bool,
+    keys: &Keys,
+    r: Result<Done>,
+    start: Instant<Monotonic>,
+) -> Result<i32> {
+    record(write, keys, &r, start);
+    let (res, res2) = cqe(&r);
+    cmd.queue().ok_or(EINVAL)?.complete_with(res, res2);
+    Ok(0)
+}
+
+/// An io_uring transfer of a file: an asynchronous kiocb, whose
+/// completion posts the CQE through task work. A READ is issued inline with
+/// `IOCB_NOWAIT` (what would block goes to io_uring's worker); a WRITE is
+/// issued from the worker (taking the superblock's write access may wait
+/// for a freeze, and file systems often allocate), still asynchronously.
+fn submit_file(
+    d: Direct,
+    keys: Keys,
+    start: Instant<Monotonic>,
+    slot: UringSlot,
+    cmd: &mut UringCmd,
+) -> Result<i32> {
+    let nowait = cmd.nonblock();
+    if nowait && d.write {
+        return Err(EAGAIN);
+    }
+    let (off, len, pos, write) = (d.mem.offset, d.len, d.pos, d.write);
+    let (io, pages) = UringIo::new(d, &keys, start, slot);
+    let mut rw = AsyncRw::new(io, pages, off, len, pos, write).inspect_err(|e| {
+        record(write, &keys, &Err(*e), start);
+    })?;
+    rw.owner_mut().cmd = Some(cmd.queue().ok_or(EINVAL)?);
+    let Issued::Done(mut rw) = AsyncRw::submit(rw, nowait) else {
+        return Ok(0);
+    };
+    // Nothing is in flight: the command is still ours.
+    let Some(pending) = rw.owner_mut().cmd.take() else {
+        return Err(EINVAL);
+    };
+    if nowait && rw.result() == Err(EAGAIN) {
+        // Issued again by io_uring's worker (the checks too).
+        drop(rw);
+        return match cmd.unqueue(pending) {
+            Ok(()) => Err(EAGAIN),
+            Err(p) => {
+                p.complete_with(EIO.to_errno(), 0);
+                Ok(0)
+            }
+        };
+    }
+    let r = rw.result();
+    let (res, res2) = KBox::into_inner(rw).into_owner().finish_file(r, false);
+    pending.complete_with(res, res2);
+    Ok(0)
+}
+
+impl AsyncRwOwner for UringIo {
+    type Pages = PinRef;
+
+    fn file(&self) -> &File {
+        self.file.file()
+    }
+
+    fn completed(mut io: KBox<AsyncRw<Self>>) {
+        let cmd = io.owner_mut().cmd.take();
+        to_task(cmd, io);
+    }
+}
+
+impl TaskWork for AsyncRw<UringIo> {
+    fn run(mut self: KBox<Self>) -> (i32, u64) {
+        let retry = self.retry_pages();
+        let (r, notify) = match retry {
+            // The file system gave a NOWAIT read up after part of it went
+            // (rare): it runs again here, where it may block.
+            Some(pages) => {
+                let io = self.owner();
+                let r = io.file.rw(&pages, io.off, io.len, io.pos, io.write);
+                (r, false)
+            }
+            None => (self.result(), true),
+        };
+        KBox::into_inner(self).into_owner().finish_file(r, notify)
     }
 }
 
@@ -656,17 +772,21 @@ fn direct(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<(u64, u64)> {
         return Ok((bdev_io(file, lim, span)?, 0));
     }
     let bytes = file.rw(span.pages, span.off, span.len, span.pos, span.write)?;
-    let zeroed = if span.write || bytes == 0 {
+    Ok((bytes, file_zeroed(file, span.pos, bytes, span.write)))
+}
+
+/// Files: bytes of a READ of `bytes` at `pos` that the file system zeroed
+/// with the CPU (holes, unwritten extents).
+fn file_zeroed(file: &IoFile, pos: u64, bytes: u64, write: bool) -> u64 {
+    if write || bytes == 0 {
+        return 0;
+    }
+    file.hole_bytes(pos, bytes).unwrap_or_else(|e| {
+        if ffi::ratelimit() {
+            pr_info!("READ: holes of the file not counted ({:?})\n", e);
+        }
         0
-    } else {
-        file.hole_bytes(span.pos, bytes).unwrap_or_else(|e| {
-            if ffi::ratelimit() {
-                pr_info!("READ: holes of the file not counted ({:?})\n", e);
-            }
-            0
-        })
-    };
-    Ok((bytes, zeroed))
+    })
 }
 
 /// Bytes the next bio may carry when it starts `in_page` bytes into a page.

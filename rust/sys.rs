@@ -6,6 +6,7 @@
 
 pub(crate) mod bio;
 pub(crate) mod blkdev;
+pub(crate) mod fs;
 pub(crate) mod miscdev;
 pub(crate) mod pci_notify;
 pub(crate) mod uring_cmd;

@@ -232,16 +232,41 @@ p2pd_info_stacked() {
 		grep -q "^  md1 .*reachable by all providers" /tmp/info
 }
 p2pd_bad() { ! /tests/p2pd verify --dev /dev/nonexistent 2>/tmp/err && grep -q 'not an NVMe namespace' /tmp/err; }
+# The io_uring paths of the benchmark (reads only) at two queue depths: each
+# run row is there, with no error, and the JSON carries the queue depth. It
+# reads NSID 1 [56, 64) MiB, which no check of the NVMe trace looks at, and
+# runs before p2pd verify, whose data in device memory the host checks.
+p2pd_bench_uring() {
+	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.2 --qd 1,8 \
+		--only uring --json >/tmp/bench.out 2>&1 || {
+		cat /tmp/bench.out
+		return 1
+	}
+	grep -v '^[[{]' /tmp/bench.out
+	! grep -q -e ' error: ' -e '"error":"' /tmp/bench.out || return 1
+	for p in p2pdirect-uring upstream-uring-p2pmem upstream-uring-devmem uring-ram; do
+		for w in rand-read-4K-qd1 rand-read-4K-qd8 seq-read-1M-qd1 seq-read-1M-qd8; do
+			grep -q "^$w  *$p " /tmp/bench.out || { echo "no row: $w $p"; return 1; }
+		done
+	done
+	grep -q '"queue_depth":8' /tmp/bench.out
+}
+p2pd_bad_qd() {
+	/tests/p2pd bench --qd 0 2>/tmp/err
+	[ $? -eq 2 ] && grep -q -- '--qd must be 1..256' /tmp/err
+}
 p2pd_suite() {
 	say "# suite: p2pd"
 	n=0
 	fails=0
 	check "p2pd info: providers, namespaces, reachability matrix" p2pd_info_matrix
 	check "p2pd info --json is one JSON document" p2pd_json info
+	check "p2pd bench --qd 1,8 --only uring: the io_uring paths at each depth" p2pd_bench_uring
 	check "p2pd verify: 8 MiB NVMe -> GPU -> NVMe, every byte" p2pd_verify
 	check "p2pd stats --json is one JSON document" p2pd_json stats
 	check "p2pd verify --dev of no namespace: clear error, exit 1" p2pd_bad
 	check "p2pd with an unknown option: usage, exit 2" sh -c '/tests/p2pd info --bogus; [ $? -eq 2 ]'
+	check "p2pd bench --qd 0: clear error, exit 2" p2pd_bad_qd
 	say "1..$n"
 	say "# suite-exit: p2pd $fails"
 }
@@ -442,8 +467,8 @@ run_demo() {
 	say ""
 	# The benchmark first: it reuses device memory, the verified data must
 	# be the last thing written there for the host to find it.
-	say "== p2pd bench (short): the same I/O over five paths =="
-	/tests/p2pd bench --seconds 0.5 --threads 4 >"$out" 2>/dev/null || say "p2pd bench: FAILED"
+	say "== p2pd bench (short): the same I/O over six paths, and four io_uring paths at QD 32 =="
+	/tests/p2pd bench --seconds 0.5 --threads 4 --qd 32 >"$out" 2>/dev/null || say "p2pd bench: FAILED"
 	say ""
 	say "== p2pd verify: 16 MiB NVMe -> GPU memory -> NVMe, every byte checked =="
 	/tests/p2pd verify --size 16M --records >"$out" 2>&1 || say "p2pd verify: FAILED"

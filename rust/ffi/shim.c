@@ -654,11 +654,6 @@ out:
 	return ERR_PTR(err);
 }
 
-void p2pdirect_fput(struct file *f)
-{
-	fput(f);
-}
-
 /* read(2)/write(2)'s checks of a raw block device range: rw_verify_area(). */
 int p2pdirect_rw_verify(struct file *f, u64 pos, u64 len, bool write)
 {
@@ -745,39 +740,25 @@ void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len)
 }
 
 /*
- * Files: an O_DIRECT kiocb over a bvec iterator of @pin's pages [off, off +
- * len), through the file's read_iter/write_iter (the file system maps the
- * blocks and builds the bios). Returns bytes moved or -errno.
+ * init_sync_kiocb() at @pos; with @complete an asynchronous kiocb, with
+ * @nowait one that must not block (-EAGAIN: the file cannot do that).
  */
-ssize_t p2pdirect_file_rw(struct file *f, struct p2pdirect_pin *pin, u64 off, u64 len,
-			  u64 pos, bool write)
+int p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
+			 void (*complete)(struct kiocb *, long), bool nowait)
 {
-	unsigned int n = 0, max = DIV_ROUND_UP(len, PAGE_SIZE) + 1;
-	struct bio_vec *bv;
-	struct iov_iter iter;
-	struct kiocb kiocb;
-	ssize_t ret;
-	u64 done;
+	if (nowait && !(f->f_mode & FMODE_NOWAIT))
+		return -EAGAIN;
+	init_sync_kiocb(k, f);
+	k->ki_pos = pos;
+	k->ki_complete = complete;
+	if (nowait)
+		k->ki_flags |= IOCB_NOWAIT;
+	return 0;
+}
 
-	if (off + len > pin->len || pos > LLONG_MAX - len)
-		return -EINVAL;
-	bv = kvmalloc_array(max, sizeof(*bv), GFP_KERNEL);
-	if (!bv)
-		return -ENOMEM;
-	for (done = 0; done < len; n++) {
-		unsigned int in_page;
-		struct page *page = p2pdirect_pin_page(pin, off + done, &in_page);
-		unsigned int l = min_t(u64, PAGE_SIZE - in_page, len - done);
-
-		bvec_set_page(&bv[n], page, l, in_page);
-		done += l;
-	}
-	iov_iter_bvec(&iter, write ? ITER_SOURCE : ITER_DEST, bv, n, len);
-	init_sync_kiocb(&kiocb, f);
-	kiocb.ki_pos = pos;
-	ret = write ? vfs_iocb_iter_write(f, &kiocb, &iter) : vfs_iocb_iter_read(f, &kiocb, &iter);
-	kvfree(bv);
-	return ret;
+void p2pdirect_kiocb_end_write(struct kiocb *k)
+{
+	kiocb_end_write(k);
 }
 
 /*

@@ -72,14 +72,14 @@ bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u3
 struct block_device *p2pdirect_file_bdev(struct file *file);
 
 struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev);
-void p2pdirect_fput(struct file *f);
 void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l);
 struct block_device *p2pdirect_io_bdev(struct file *f);
 bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write);
 int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len);
 void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len);
-ssize_t p2pdirect_file_rw(struct file *f, struct p2pdirect_pin *pin, u64 off, u64 len,
-			  u64 pos, bool write);
+int p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
+			 void (*complete)(struct kiocb *, long), bool nowait);
+void p2pdirect_kiocb_end_write(struct kiocb *k);
 s64 p2pdirect_file_hole_bytes(struct file *f, u64 pos, u64 len);
 
 struct io_uring_cmd;

@@ -136,6 +136,22 @@ impl UringCmd {
         })
     }
 
+    /// Gives back the completion [`UringCmd::queue`] took during this
+    /// issue: the issue returns its own result again (`EAGAIN` sends the
+    /// command to io_uring's worker). A handle of another command is
+    /// returned.
+    pub(crate) fn unqueue(&mut self, pending: PendingCmd) -> core::result::Result<(), PendingCmd> {
+        if !self.queued || pending.raw != self.raw {
+            return Err(pending);
+        }
+        // The command was never handed to anything else: forgetting the
+        // handle leaves it to the issue again.
+        core::mem::forget(pending);
+        // INVARIANT: no pending handle of the command exists any more.
+        self.queued = false;
+        Ok(())
+    }
+
     /// Whether [`UringCmd::queue`] was called.
     pub(crate) fn queued(&self) -> bool {
         self.queued

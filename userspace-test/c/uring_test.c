@@ -14,6 +14,7 @@
  * they were (ci/hostcheck.py).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -329,38 +330,90 @@ TEST_F(ur, mixed_read_write_registered)
 		       (unsigned long long)len, g->bdf);
 }
 
+/* Threads of this process that are io_uring workers ("iou-wrk-<pid>"). */
+static int io_workers(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "iou-wrk", 7))
+			n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
 /*
- * Files (run by io_uring's worker): the last 2 MiB of the 8 MiB data.bin of
- * ext4 and xfs (storage_test's DMACHECK records own [1, 3) and [4, 6) MiB of
- * each, for one GPU each), 16 READs of 128 KiB each.
+ * 16 READs of @n bytes at @pos of data.bin on ext4 (@k 0, into GPU 0) or xfs
+ * (@k 1, into GPU 1), all in flight at once, with the bytes checked. @warm:
+ * a synchronous READ ioctl of the range first reads the file's extents in,
+ * and then the READs, asynchronous kiocbs issued inline, must start no
+ * io_uring worker thread (a synchronous path would run each in a worker; a
+ * NOWAIT read must not wait for extents).
  */
-TEST_F(ur, files_on_ext4_and_xfs)
+static void file_reads(struct __test_metadata *_metadata, struct _test_data_ur *self, int k,
+		       __u64 pos, __u64 n, int warm)
 {
 	static const struct { const char *path; __u64 seed; } f[] = {
 		{ "/mnt/ext4/data.bin", 2 }, { "/mnt/xfs/data.bin", 3 },
 	};
-	__u64 pos = 6 * MiB, n = 128 * KiB;
+	struct gpu *g = &self->gpu[k];
+	struct done d[16];
+	int fd = open(f[k].path, O_RDONLY | O_DIRECT);
+	struct p2pdirect_io sync = {
+		.fd = fd, .addr = (uintptr_t)g->map, .size = 16 * n, .file_offset = pos,
+	};
 
-	for (int k = 0; k < 2; k++) {
-		struct gpu *g = &self->gpu[k];
-		struct done d[16];
-		int fd = open(f[k].path, O_RDONLY | O_DIRECT);
-
-		ASSERT_LE(0, fd) TH_LOG("open %s: %s", f[k].path, strerror(errno));
-		for (int i = 0; i < 16; i++)
-			prep(&self->ring, self->dev, 0, fd, 0, (uintptr_t)g->map, n, pos + i * n,
-			     i * n, i);
-		ASSERT_EQ(16, io_uring_submit(&self->ring));
-		ASSERT_EQ(0, reap(&self->ring, 16, d));
-		for (int i = 0; i < 16; i++) {
-			EXPECT_EQ((int)n, d[i].res) TH_LOG("%s %d: %s", f[k].path, i,
-							   strerror(-d[i].res));
-			EXPECT_EQ(n, d[i].p2p);
-		}
-		rec_gpu(g, 0, 16 * n, f[k].seed, pos);
-		EXPECT_EQ(0ull, fill_diff(g->map, 16 * n, pos, f[k].seed));
-		close(fd);
+	ASSERT_LE(0, fd) TH_LOG("open %s: %s", f[k].path, strerror(errno));
+	if (warm) {
+		ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_READ, &sync));
+		ASSERT_EQ(16 * n, sync.bytes);
 	}
+	for (int i = 0; i < 16; i++)
+		prep(&self->ring, self->dev, 0, fd, 0, (uintptr_t)g->map, n, pos + i * n, i * n, i);
+	ASSERT_EQ(16, io_uring_submit(&self->ring));
+	ASSERT_EQ(0, reap(&self->ring, 16, d));
+	for (int i = 0; i < 16; i++) {
+		EXPECT_EQ((int)n, d[i].res) TH_LOG("%s %d: %s", f[k].path, i, strerror(-d[i].res));
+		EXPECT_EQ(n, d[i].p2p);
+	}
+	if (warm)
+		EXPECT_EQ(0, io_workers()) TH_LOG("%s: READs ran in io_uring workers", f[k].path);
+	rec_gpu(g, 0, 16 * n, f[k].seed, pos);
+	EXPECT_EQ(0ull, fill_diff(g->map, 16 * n, pos, f[k].seed));
+	close(fd);
+}
+
+/* READs of files on ext4 and xfs, as they come (cold or not). */
+TEST_F(ur, files_on_ext4_and_xfs)
+{
+	for (int k = 0; k < 2; k++)
+		file_reads(_metadata, self, k, 6 * MiB, 128 * KiB, 0);
+}
+
+/*
+ * READs of files are asynchronous kiocbs issued inline (see file_reads), of
+ * data.bin [3, 4) MiB, which storage_test does not read.
+ */
+TEST_F(ur, file_reads_need_no_worker)
+{
+	ASSERT_EQ(0, io_workers());
+	for (int k = 0; k < 2; k++)
+		file_reads(_metadata, self, k, 3 * MiB, 64 * KiB, 1);
 }
 
 /*

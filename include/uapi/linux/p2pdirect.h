@@ -534,13 +534,17 @@ struct p2pdirect_stats {
  * p2p_bytes - bounce_bytes unless the I/O bounced, and is counted in STATS
  * either way; big_cqe[1] is 0.
  *
- * Raw block devices (without COMPAT) complete asynchronously: at submission
- * the fd is looked up, the memory pinned and the bios submitted; their
- * completion releases the pins and posts the CQE, with no thread per I/O.
- * Regular files, P2PDIRECT_IO_COMPAT, and a raw range whose cached pages
- * must first be written back (or, for a WRITE, dropped) run the synchronous
- * path in one of io_uring's worker threads (ABI 1.8): for those the fd
- * lookup and the pinning happen when the worker starts, after
+ * Transfers complete asynchronously, with no thread per I/O: at submission
+ * the fd is looked up, the memory pinned and the bios (raw block device) or
+ * an asynchronous O_DIRECT kiocb (regular file) submitted; their completion
+ * releases the pins and posts the CQE. A file READ is issued without
+ * blocking (IOCB_NOWAIT); one that would block (a lock held, extents not
+ * read in yet) is issued by one of io_uring's worker threads instead, and
+ * so is every file WRITE; either way the worker only submits it.
+ * P2PDIRECT_IO_COMPAT, and a raw range whose cached pages must first be
+ * written back (or, for a WRITE, dropped) run the synchronous path in a
+ * worker. For what a worker issues, the fd lookup and the pinning happen
+ * when the worker starts, after
  * io_uring_enter() returned, so a FREE, munmap or close right after the
  * submission can make them fail (-ENXIO, -EFAULT, -EBADF); a worker command
  * that has not started when its ring is closed or its process exits ends

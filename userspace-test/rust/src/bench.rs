@@ -16,11 +16,22 @@
 //! - `odirect-ram`: O_DIRECT into host memory, no copy: the device's own
 //!   limit, the baseline the throughput target is measured against.
 //!
-//! Reports MiB/s, IOPS, mean and p99 latency, and guest CPU seconds per GiB
-//! (all CPUs' busy time from /proc/stat while the run lasts).
+//! and, one thread keeping N I/Os in flight (a queue-depth sweep, `--qd`):
+//!
+//! - `p2pdirect-uring`: `P2PDIRECT_URING_CMD_READ/WRITE` on a registered
+//!   buffer;
+//! - `upstream-uring-p2pmem`, `upstream-uring-devmem`: io_uring O_DIRECT
+//!   reads/writes (`IORING_OP_READ/WRITE`, non-fixed buffers) into the
+//!   sysfs p2pmem mapping and into p2pdirect's device-memory mapping: the
+//!   upstream deep-queue path, which pins the pages again on every I/O;
+//! - `uring-ram`: the same into host memory, the device's limit.
+//!
+//! Reports MiB/s, IOPS, mean, p50 and p99 latency, and guest CPU seconds per
+//! GiB (all CPUs' busy time from /proc/stat while the run lasts).
 
 use crate::cli::{AlignedBuf, Args, Json, Namespace, Progress};
-use p2pdirect::{Device, Io, Memory};
+use io_uring::{opcode, types, IoUring};
+use p2pdirect::{uring::Ring, Device, Io, Memory};
 use std::{
     fs,
     os::{fd::AsRawFd, unix::fs::FileExt},
@@ -35,8 +46,13 @@ enum Path {
     Bounce,
     Buffered,
     Ram,
+    Uring,
+    UringP2pmem,
+    UringDevmem,
+    UringRam,
 }
 
+/// The synchronous paths (one I/O per thread at a time).
 const PATHS: [Path; 6] = [
     Path::P2pdirect,
     Path::Upstream,
@@ -45,6 +61,22 @@ const PATHS: [Path; 6] = [
     Path::Buffered,
     Path::Ram,
 ];
+
+/// The io_uring paths (a queue depth per run).
+const URING_PATHS: [Path; 4] = [
+    Path::Uring,
+    Path::UringP2pmem,
+    Path::UringDevmem,
+    Path::UringRam,
+];
+
+/// The queue depths of the sweep when `--qd` does not say.
+const QD_SWEEP: [u32; 5] = [1, 4, 16, 32, 64];
+
+/// The most device memory one io_uring run spreads its I/Os over (the
+/// slots of a deeper queue share buffers): the p2pmem CMB of the VM's NVMe
+/// is 16 MiB.
+const URING_BUF_MAX: u64 = 8 << 20;
 
 impl Path {
     fn name(self) -> &'static str {
@@ -55,7 +87,15 @@ impl Path {
             Path::Bounce => "bounce",
             Path::Buffered => "buffered",
             Path::Ram => "odirect-ram",
+            Path::Uring => "p2pdirect-uring",
+            Path::UringP2pmem => "upstream-uring-p2pmem",
+            Path::UringDevmem => "upstream-uring-devmem",
+            Path::UringRam => "uring-ram",
         }
+    }
+
+    fn uring(self) -> bool {
+        URING_PATHS.contains(&self)
     }
 }
 
@@ -65,6 +105,8 @@ struct Workload {
     random: bool,
     bs: u64,
     threads: usize,
+    /// I/Os in flight (io_uring paths), 0 for the synchronous ones.
+    qd: u32,
 }
 
 impl Workload {
@@ -75,12 +117,17 @@ impl Workload {
             format!("{}K", self.bs >> 10)
         };
         format!(
-            "{}-{}-{}{}",
+            "{}-{}-{}{}{}",
             if self.random { "rand" } else { "seq" },
             if self.write { "write" } else { "read" },
             bs,
             if self.threads > 1 {
                 format!("-t{}", self.threads)
+            } else {
+                String::new()
+            },
+            if self.qd > 0 {
+                format!("-qd{}", self.qd)
             } else {
                 String::new()
             }
@@ -113,13 +160,19 @@ impl Res {
         }
         self.lat_us.iter().map(|&x| x as f64).sum::<f64>() / self.lat_us.len() as f64
     }
-    fn p99_us(&self) -> f64 {
+    fn pct_us(&self, pct: usize) -> f64 {
         let mut v = self.lat_us.clone();
         if v.is_empty() {
             return 0.0;
         }
         v.sort_by(f32::total_cmp);
-        v[(v.len() * 99 / 100).min(v.len() - 1)] as f64
+        v[(v.len() * pct / 100).min(v.len() - 1)] as f64
+    }
+    fn p50_us(&self) -> f64 {
+        self.pct_us(50)
+    }
+    fn p99_us(&self) -> f64 {
+        self.pct_us(99)
     }
     fn cpu_s_per_gib(&self) -> f64 {
         if self.bytes == 0 {
@@ -199,6 +252,61 @@ impl Drop for Buf<'_> {
     }
 }
 
+/// The memory a worker of `path` moves data into or out of, `len` bytes.
+fn buffer<'d>(ctx: &Ctx<'d>, path: Path, len: u64) -> Result<Buf<'d>, String> {
+    let gpu_map = || -> Result<p2pdirect::Mapping<'d>, String> {
+        let a = ctx
+            .dev
+            .alloc(ctx.gpu, len, 0)
+            .map_err(|e| format!("ALLOC {len}: {e}"))?;
+        ctx.dev.map(&a).map_err(|e| format!("mmap: {e}"))
+    };
+    Ok(match path {
+        Path::P2pdirect | Path::DirectDevmem | Path::Uring | Path::UringDevmem => {
+            Buf::Device(gpu_map()?)
+        }
+        Path::Bounce | Path::Buffered => Buf::Host(AlignedBuf::new(len as usize)?, gpu_map()?),
+        Path::Ram | Path::UringRam => Buf::Ram(AlignedBuf::new(len as usize)?),
+        Path::Upstream | Path::UringP2pmem => {
+            let p = ctx
+                .p2pmem
+                .as_ref()
+                .ok_or("the namespace's controller publishes no P2P memory")?;
+            let f = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .map_err(|e| format!("{p}: {e}"))?;
+            // SAFETY: a fresh shared mapping of the p2pmem file; checked below.
+            let m = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            if m == libc::MAP_FAILED {
+                return Err(format!("mmap {p}: {}", std::io::Error::last_os_error()));
+            }
+            Buf::P2pmem(m.cast(), len as usize)
+        }
+    })
+}
+
+impl Buf<'_> {
+    /// Where the I/O buffers start, for the kernel (never dereferenced here).
+    fn base(&mut self) -> *mut u8 {
+        match self {
+            Buf::Device(m) | Buf::Host(_, m) => m.as_ptr(),
+            Buf::P2pmem(p, _) => *p,
+            Buf::Ram(h) => h.as_mut().as_mut_ptr(),
+        }
+    }
+}
+
 /// pwrite(2) or pread(2) of all of `s` at `off`.
 fn pio(file: &fs::File, s: &mut [u8], off: u64, write: bool) -> std::io::Result<usize> {
     if write {
@@ -218,44 +326,17 @@ fn worker(
     let bs = wl.bs;
     let direct = path != Path::Buffered;
     let file = ctx.ns.open(wl.write, direct)?;
-    let gpu_map = || -> Result<p2pdirect::Mapping<'_>, String> {
-        let a = ctx
-            .dev
-            .alloc(ctx.gpu, bs, 0)
-            .map_err(|e| format!("ALLOC {bs}: {e}"))?;
-        ctx.dev.map(&a).map_err(|e| format!("mmap: {e}"))
+    if path == Path::Buffered && !wl.write && wl.random {
+        // No readahead: each read costs the device one block.
+        // SAFETY: advice on an open descriptor; no memory involved.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    }
+    let buf_len = if path.uring() {
+        (bs * u64::from(wl.qd)).min(URING_BUF_MAX.max(bs))
+    } else {
+        bs
     };
-    let mut buf = match path {
-        Path::P2pdirect | Path::DirectDevmem => Buf::Device(gpu_map()?),
-        Path::Bounce | Path::Buffered => Buf::Host(AlignedBuf::new(bs as usize)?, gpu_map()?),
-        Path::Ram => Buf::Ram(AlignedBuf::new(bs as usize)?),
-        Path::Upstream => {
-            let p = ctx
-                .p2pmem
-                .as_ref()
-                .ok_or("the namespace's controller publishes no P2P memory")?;
-            let f = fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(p)
-                .map_err(|e| format!("{p}: {e}"))?;
-            // SAFETY: a fresh shared mapping of the p2pmem file; checked below.
-            let m = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    bs as usize,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    f.as_raw_fd(),
-                    0,
-                )
-            };
-            if m == libc::MAP_FAILED {
-                return Err(format!("mmap {p}: {}", std::io::Error::last_os_error()));
-            }
-            Buf::P2pmem(m.cast(), bs as usize)
-        }
-    };
+    let mut buf = buffer(ctx, path, buf_len)?;
     let mut offs = Offsets {
         next: (t as u64 * (ctx.span / wl.threads as u64)) / bs * bs,
         rng: 0x9E37_79B9 ^ (t as u64 + 1),
@@ -266,25 +347,53 @@ fn worker(
     };
     // p2pdirect: the buffer is registered once, like cuFileBufRegister.
     let reg = match &buf {
-        Buf::Device(m) if path == Path::P2pdirect => Some(
+        Buf::Device(m) if matches!(path, Path::P2pdirect | Path::Uring) => Some(
             ctx.dev
-                .register(m.as_ptr(), bs, true)
+                .register(m.as_ptr(), buf_len, true)
                 .map_err(|e| format!("REGISTER: {e}"))?
                 .0,
         ),
         _ => None,
     };
+    let r = if path.uring() {
+        uring_worker(ctx, path, wl, &file, buf, buf_len, reg, &mut offs, deadline)
+    } else {
+        sync_worker(ctx, path, wl, &file, &mut buf, reg, &mut offs, deadline)
+    };
+    if let Some(id) = reg {
+        let _ = ctx.dev.deregister(id);
+    }
+    let r = r?;
+    if wl.write && path == Path::Buffered {
+        file.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
+    }
+    Ok(r)
+}
+
+/// One I/O at a time, timed one by one.
+#[allow(clippy::too_many_arguments)]
+fn sync_worker(
+    ctx: &Ctx,
+    path: Path,
+    wl: &Workload,
+    file: &fs::File,
+    buf: &mut Buf,
+    reg: Option<u64>,
+    offs: &mut Offsets,
+    deadline: Instant,
+) -> Result<(u64, Vec<f32>), String> {
+    let bs = wl.bs;
     let mut lat = Vec::new();
     let mut ops = 0u64;
     while Instant::now() < deadline || ops < 4 {
         let off = offs.next();
         let t0 = Instant::now();
-        let res = match &mut buf {
+        let res = match buf {
             Buf::Device(m) if path == Path::DirectDevmem => {
                 // SAFETY: the device-memory mapping holds `bs` bytes; the
                 // slice is only handed to the kernel as an I/O buffer.
                 let s = unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), bs as usize) };
-                pio(&file, s, off, wl.write)
+                pio(file, s, off, wl.write)
             }
             Buf::Device(m) => {
                 let io = Io {
@@ -308,15 +417,30 @@ fn worker(
             }
             Buf::Host(h, m) => {
                 let s = h.as_mut();
-                file.read_at(s, off)
-                    .and_then(|n| m.write(0, &s[..n]).map(|_| n))
+                let r = file
+                    .read_at(s, off)
+                    .and_then(|n| m.write(0, &s[..n]).map(|_| n));
+                if path == Path::Buffered {
+                    // The next pass over the span must find the device, not
+                    // the page cache.
+                    // SAFETY: advice on an open descriptor.
+                    unsafe {
+                        libc::posix_fadvise(
+                            file.as_raw_fd(),
+                            off as i64,
+                            bs as i64,
+                            libc::POSIX_FADV_DONTNEED,
+                        )
+                    };
+                }
+                r
             }
-            Buf::Ram(h) => pio(&file, h.as_mut(), off, wl.write),
+            Buf::Ram(h) => pio(file, h.as_mut(), off, wl.write),
             Buf::P2pmem(p, len) => {
                 // SAFETY: the p2pmem mapping holds `len` bytes; the slice is
                 // only handed to the kernel as an I/O buffer.
                 let s = unsafe { std::slice::from_raw_parts_mut(*p, *len) };
-                pio(&file, s, off, wl.write)
+                pio(file, s, off, wl.write)
             }
         };
         match res {
@@ -327,13 +451,154 @@ fn worker(
         lat.push(t0.elapsed().as_secs_f64() as f32 * 1e6);
         ops += 1;
     }
-    if let Some(id) = reg {
-        let _ = ctx.dev.deregister(id);
-    }
-    if wl.write && path == Path::Buffered {
-        file.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
-    }
     Ok((ops, lat))
+}
+
+/// The ring of an io_uring worker: p2pdirect's commands, or plain O_DIRECT
+/// reads and writes.
+enum Uring<'d> {
+    Cmd(Ring<'d>),
+    Plain(IoUring),
+}
+
+/// `wl.qd` I/Os kept in flight by one thread: each completion is followed
+/// by the next I/O of its slot until the deadline, then the queue drains.
+/// Latency is from the submission of an I/O to the reaping of its
+/// completion. The buffer is given back only once no I/O uses it (leaked if
+/// the ring failed with I/Os in flight).
+#[allow(clippy::too_many_arguments)]
+fn uring_worker(
+    ctx: &Ctx,
+    path: Path,
+    wl: &Workload,
+    file: &fs::File,
+    mut buf: Buf,
+    buf_len: u64,
+    reg: Option<u64>,
+    offs: &mut Offsets,
+    deadline: Instant,
+) -> Result<(u64, Vec<f32>), String> {
+    let (bs, qd) = (wl.bs, wl.qd as usize);
+    let bufs = (buf_len / bs).max(1);
+    let base = buf.base();
+    let entries = (qd as u32).next_power_of_two();
+    let mut ring = match path {
+        Path::Uring => {
+            Uring::Cmd(Ring::new(ctx.dev, entries).map_err(|e| format!("io_uring: {e}"))?)
+        }
+        _ => Uring::Plain(IoUring::new(entries).map_err(|e| format!("io_uring: {e}"))?),
+    };
+    let fd = file.as_raw_fd();
+    let mut started = vec![Instant::now(); qd];
+    let mut push = |ring: &mut Uring, slot: usize, started: &mut [Instant]| -> Result<(), String> {
+        let off = offs.next();
+        let boff = (slot as u64 % bufs) * bs;
+        started[slot] = Instant::now();
+        match ring {
+            Uring::Cmd(r) => {
+                let io = Io {
+                    fd,
+                    memory: reg.map_or(Memory::Pointer(base), Memory::Registered),
+                    size: bs,
+                    file_offset: off,
+                    buf_offset: boff,
+                    compat: false,
+                };
+                r.push(wl.write, &io, slot as u64)
+                    .map_err(|e| format!("io_uring push: {e}"))
+            }
+            Uring::Plain(r) => {
+                let p = base.wrapping_add(boff as usize);
+                let sqe = if wl.write {
+                    opcode::Write::new(types::Fd(fd), p, bs as u32)
+                        .offset(off)
+                        .build()
+                } else {
+                    opcode::Read::new(types::Fd(fd), p, bs as u32)
+                        .offset(off)
+                        .build()
+                };
+                // SAFETY: the buffer (`buf_len` bytes at `base`) outlives
+                // every I/O: the worker drains the queue before it lets go
+                // of it, or leaks it.
+                unsafe { r.submission().push(&sqe.user_data(slot as u64)) }
+                    .map_err(|_| "io_uring: submission queue full".to_string())
+            }
+        }
+    };
+    let (mut inflight, mut ops, mut lat, mut err) = (0usize, 0u64, Vec::new(), None);
+    for slot in 0..qd {
+        match push(&mut ring, slot, &mut started) {
+            Ok(()) => inflight += 1,
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    while inflight > 0 {
+        let entered = match &mut ring {
+            Uring::Cmd(r) => r.submit_and_wait(1),
+            Uring::Plain(r) => r.submit_and_wait(1),
+        };
+        match entered {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // I/Os may still use the buffer: it must never be reused.
+                std::mem::forget(buf);
+                return Err(format!("io_uring_enter: {e}"));
+            }
+        }
+        let done: Vec<(u64, i64)> = match &mut ring {
+            Uring::Cmd(r) => r
+                .completions()
+                .iter()
+                .map(|c| {
+                    (
+                        c.user_data,
+                        c.result.map_or_else(|e| -i64::from(e), |b| b as i64),
+                    )
+                })
+                .collect(),
+            Uring::Plain(r) => r
+                .completion()
+                .map(|c| (c.user_data(), i64::from(c.result())))
+                .collect(),
+        };
+        for (slot, res) in done {
+            let Some(t0) = started.get(slot as usize) else {
+                err.get_or_insert(format!("io_uring: unknown completion {slot}"));
+                continue;
+            };
+            if res != bs as i64 {
+                err.get_or_insert(if res < 0 {
+                    format!(
+                        "{}: {}",
+                        path.name(),
+                        std::io::Error::from_raw_os_error(-res as i32)
+                    )
+                } else {
+                    format!("short transfer: {res} of {bs} bytes")
+                });
+            }
+            lat.push(t0.elapsed().as_secs_f64() as f32 * 1e6);
+            ops += 1;
+            inflight -= 1;
+            if err.is_none() && (Instant::now() < deadline || ops < 4) {
+                match push(&mut ring, slot as usize, &mut started) {
+                    Ok(()) => inflight += 1,
+                    Err(e) => err = Some(e),
+                }
+            }
+        }
+    }
+    drop(ring);
+    drop(buf);
+    match err {
+        Some(e) => Err(e),
+        None => Ok((ops, lat)),
+    }
 }
 
 fn run_one(ctx: &Ctx, path: Path, wl: &Workload, secs: f64) -> Res {
@@ -383,13 +648,23 @@ fn find<'a>(rs: &'a [Res], path: Path, wl: &str) -> Option<&'a Res> {
 }
 
 /// (what, measured ratio, target, higher is better).
-fn ratios(rs: &[Res], threads: usize) -> Vec<(String, Option<f64>, f64, bool)> {
-    let rand = format!("rand-read-4K-t{threads}");
+type Ratio = (String, Option<f64>, f64, bool);
+
+/// The upstream io_uring path of a workload: the better of its two
+/// mappings (the sysfs p2pmem one and p2pdirect's device memory).
+fn upstream_uring<'a>(rs: &'a [Res], wl: &str) -> Option<&'a Res> {
+    [Path::UringP2pmem, Path::UringDevmem]
+        .iter()
+        .filter_map(|p| find(rs, *p, wl))
+        .max_by(|a, b| a.iops().total_cmp(&b.iops()))
+}
+
+fn ratios(rs: &[Res], threads: usize, qds: &[u32]) -> Vec<Ratio> {
     let pair = |a: Option<&Res>, b: Option<&Res>, f: fn(&Res) -> f64| match (a, b) {
         (Some(a), Some(b)) if f(b) > 0.0 => Some(f(a) / f(b)),
         _ => None,
     };
-    vec![
+    let mut v: Vec<Ratio> = vec![
         (
             "seq-read-1M MiB/s: p2pdirect / odirect-ram".into(),
             pair(
@@ -398,16 +673,6 @@ fn ratios(rs: &[Res], threads: usize) -> Vec<(String, Option<f64>, f64, bool)> {
                 Res::mib_s,
             ),
             0.95,
-            true,
-        ),
-        (
-            format!("{rand} IOPS: p2pdirect / upstream-p2pmem"),
-            pair(
-                find(rs, Path::P2pdirect, &rand),
-                find(rs, Path::Upstream, &rand),
-                Res::iops,
-            ),
-            0.9,
             true,
         ),
         (
@@ -420,7 +685,73 @@ fn ratios(rs: &[Res], threads: usize) -> Vec<(String, Option<f64>, f64, bool)> {
             0.25,
             false,
         ),
-    ]
+    ];
+    // The synchronous ioctls against the upstream sysfs path, 4 KiB reads.
+    let t = format!("-t{threads}");
+    for wl in ["seq-read-4K", "rand-read-4K"] {
+        for suffix in ["", t.as_str()] {
+            let wl = format!("{wl}{suffix}");
+            v.push((
+                format!("{wl} IOPS: p2pdirect / upstream-p2pmem"),
+                pair(
+                    find(rs, Path::P2pdirect, &wl),
+                    find(rs, Path::Upstream, &wl),
+                    Res::iops,
+                ),
+                1.0,
+                true,
+            ));
+        }
+    }
+    // io_uring: p2pdirect's commands against upstream's deep queue.
+    v.push((
+        "rand-read-4K-qd32 IOPS: p2pdirect-uring / upstream-uring".into(),
+        pair(
+            find(rs, Path::Uring, "rand-read-4K-qd32"),
+            upstream_uring(rs, "rand-read-4K-qd32"),
+            Res::iops,
+        ),
+        1.2,
+        true,
+    ));
+    let sweep: Vec<Option<f64>> = qds
+        .iter()
+        .flat_map(|qd| {
+            [
+                format!("rand-read-4K-qd{qd}"),
+                format!("seq-read-1M-qd{qd}"),
+            ]
+        })
+        .map(|wl| {
+            pair(
+                find(rs, Path::Uring, &wl),
+                upstream_uring(rs, &wl),
+                Res::iops,
+            )
+        })
+        .collect();
+    let worst = if sweep.iter().all(Option::is_some) {
+        sweep.iter().flatten().copied().reduce(f64::min)
+    } else {
+        None
+    };
+    v.push((
+        "every QD, 4K and 1M: p2pdirect-uring / upstream-uring (lowest)".into(),
+        worst,
+        1.0,
+        true,
+    ));
+    v.push((
+        "seq-read-1M-qd32 CPU s/GiB: p2pdirect-uring / bounce seq-read-1M".into(),
+        pair(
+            find(rs, Path::Uring, "seq-read-1M-qd32"),
+            find(rs, Path::Bounce, "seq-read-1M"),
+            Res::cpu_s_per_gib,
+        ),
+        0.10,
+        false,
+    ));
+    v
 }
 
 fn machine_json() -> String {
@@ -449,12 +780,23 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     let gpu = args.gpu(dev)?;
     let secs = args.seconds.unwrap_or(1.5);
     let threads = args.threads.unwrap_or(4);
-    // The upper half of the namespace: the lower half is left to
-    // `p2pd verify` and the tests.
-    let base = (ns.size / 2) & !((4 << 20) - 1);
-    let span = (ns.size / 4).min(64 << 20) & !((4 << 20) - 1);
+    // Reads use [base, base + span), writes the span after it. By default
+    // the upper half of the namespace: the lower half is left to `p2pd
+    // verify` and the tests.
+    let mib4 = (4u64 << 20) - 1;
+    let base = args.offset.unwrap_or((ns.size / 2) & !mib4);
+    let span = args.size.unwrap_or((ns.size / 4).min(64 << 20) & !mib4);
+    if base & mib4 != 0 || span & mib4 != 0 {
+        return Err("--offset and --size must be multiples of 4 MiB".into());
+    }
     if span < 8 << 20 {
-        return Err(format!("{}: too small for the benchmark", ns.name));
+        return Err(format!("{}: a span of at least 8 MiB is needed", ns.name));
+    }
+    if base.checked_add(2 * span).is_none_or(|end| end > ns.size) {
+        return Err(format!(
+            "{}: [{base}, +2 x {span}) does not fit its {} bytes",
+            ns.name, ns.size
+        ));
     }
     let p2pmem = ns
         .pci
@@ -468,23 +810,34 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         base,
         span,
     };
+    let wl = |write, random, bs, threads, qd| Workload {
+        write,
+        random,
+        bs,
+        threads,
+        qd,
+    };
     let mut wls = Vec::new();
     for write in [false, true] {
         for bs in [4u64 << 10, 128 << 10, 1 << 20, 4 << 20] {
-            wls.push(Workload {
-                write,
-                random: false,
-                bs,
-                threads: 1,
-            });
+            wls.push(wl(write, false, bs, 1, 0));
         }
     }
-    wls.push(Workload {
-        write: false,
-        random: true,
-        bs: 4 << 10,
-        threads,
-    });
+    // 4 KiB reads, one thread and `threads`.
+    wls.push(wl(false, false, 4 << 10, threads, 0));
+    wls.push(wl(false, true, 4 << 10, 1, 0));
+    wls.push(wl(false, true, 4 << 10, threads, 0));
+    // The queue-depth sweep of the io_uring paths, one thread.
+    let qds = if args.qd.is_empty() {
+        QD_SWEEP.to_vec()
+    } else {
+        args.qd.clone()
+    };
+    let mut uring_wls = Vec::new();
+    for &qd in &qds {
+        uring_wls.push(wl(false, true, 4 << 10, 1, qd));
+        uring_wls.push(wl(false, false, 1 << 20, 1, qd));
+    }
     let wanted = |path: Path, wl: &Workload| {
         let name = format!("{} {}", path.name(), wl.name());
         args.only.is_empty() || args.only.iter().any(|o| name.contains(o.as_str()))
@@ -492,6 +845,11 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     let todo: Vec<(Path, &Workload)> = wls
         .iter()
         .flat_map(|wl| PATHS.iter().map(move |p| (*p, wl)))
+        .chain(
+            uring_wls
+                .iter()
+                .flat_map(|wl| URING_PATHS.iter().map(move |p| (*p, wl))),
+        )
         .filter(|(p, wl)| wanted(*p, wl))
         .collect();
     if todo.is_empty() {
@@ -503,28 +861,29 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         progress.step(&format!("{} {}", path.name(), wl.name()));
         rs.push(run_one(&ctx, path, wl, secs));
     }
-    let ratios = ratios(&rs, threads);
+    let ratios = ratios(&rs, threads, &qds);
 
     println!(
         "p2pd bench: {} (nsid {}, {}) <-> GPU {}; {secs} s per run",
         ns.name, ns.nsid, ns.serial, gpu.pci_addr
     );
     println!(
-        "{:<18} {:<16} {:>9} {:>9} {:>10} {:>10} {:>11}",
-        "workload", "path", "MiB/s", "IOPS", "mean us", "p99 us", "CPU s/GiB"
+        "{:<20} {:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "workload", "path", "MiB/s", "IOPS", "mean us", "p50 us", "p99 us", "CPU s/GiB"
     );
     for r in &rs {
         if let Some(e) = &r.error {
-            println!("{:<18} {:<16} error: {e}", r.wl.name(), r.path.name());
+            println!("{:<20} {:<22} error: {e}", r.wl.name(), r.path.name());
             continue;
         }
         println!(
-            "{:<18} {:<16} {:>9.1} {:>9.0} {:>10.1} {:>10.1} {:>11.3}",
+            "{:<20} {:<22} {:>9.1} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>10.3}",
             r.wl.name(),
             r.path.name(),
             r.mib_s(),
             r.iops(),
             r.mean_us(),
+            r.p50_us(),
             r.p99_us(),
             r.cpu_s_per_gib()
         );
@@ -552,12 +911,14 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             o.raw("random", if r.wl.random { "true" } else { "false" });
             o.num("block_size", r.wl.bs as f64);
             o.num("threads", r.wl.threads as f64);
+            o.num("queue_depth", r.wl.qd as f64);
             o.num("ops", r.ops as f64);
             o.num("bytes", r.bytes as f64);
             o.num("seconds", r.secs);
             o.num("mib_s", r.mib_s());
             o.num("iops", r.iops());
             o.num("lat_mean_us", r.mean_us());
+            o.num("lat_p50_us", r.p50_us());
             o.num("lat_p99_us", r.p99_us());
             o.num("cpu_s_per_gib", r.cpu_s_per_gib());
             match &r.error {

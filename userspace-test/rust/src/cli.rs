@@ -20,6 +20,8 @@ pub struct Args {
     pub out: Option<PathBuf>,
     /// bench: only the runs whose "PATH WORKLOAD" contains one of these.
     pub only: Vec<String>,
+    /// bench: the queue depths of the io_uring runs.
+    pub qd: Vec<u32>,
 }
 
 /// `4096`, `128k`, `1M`, `4m`, `0x1000`.
@@ -68,6 +70,19 @@ impl Args {
                 }
                 "--out" => a.out = Some(PathBuf::from(val()?)),
                 "--only" => a.only.push(val()?.clone()),
+                "--qd" => {
+                    a.qd.clear();
+                    for q in val()?.split(',') {
+                        let n: u32 = q.parse().map_err(|_| "--qd takes numbers: 32 or 1,4,16")?;
+                        if !(1..=p2pdirect::uring::MAX_INFLIGHT).contains(&n) {
+                            return Err(format!(
+                                "--qd must be 1..{}",
+                                p2pdirect::uring::MAX_INFLIGHT
+                            ));
+                        }
+                        a.qd.push(n);
+                    }
+                }
                 _ => return Err(format!("unknown option '{opt}'")),
             }
         }

@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Direct I/O of a file into or out of pages a driver holds, through the
+//! file system: a kiocb over a bvec iterator, given to the file's
+//! `read_iter`/`write_iter` (`vfs_iocb_iter_read/write`: the checks and
+//! hooks of read(2)/write(2) included).
+//!
+//! C header: [`include/linux/fs.h`](srctree/include/linux/fs.h)
+//!
+//! - [`rw_sync`]: the caller waits (a synchronous kiocb).
+//! - [`AsyncRw`]: nobody waits. The file system calls `ki_complete` when
+//!   the I/O ended (any context); the pages go there, and the
+//!   [`AsyncRwOwner`] learns of it.
+
+use core::mem::offset_of;
+use kernel::{bindings, fs::File, page::PAGE_SIZE, prelude::*, types::Opaque};
+
+use super::bio::{BioPages, DropInAnyContext};
+
+// What `include/linux/fs.h` offers only as static inlines (the shim).
+#[allow(improper_ctypes)]
+mod helpers {
+    use kernel::bindings::{file, kiocb};
+    use kernel::ffi::{c_int, c_long};
+
+    extern "C" {
+        pub(super) fn p2pdirect_kiocb_init(
+            k: *mut kiocb,
+            f: *mut file,
+            pos: i64,
+            complete: Option<unsafe extern "C" fn(*mut kiocb, c_long)>,
+            nowait: bool,
+        ) -> c_int;
+        pub(super) fn p2pdirect_kiocb_end_write(k: *mut kiocb);
+    }
+}
+
+/// The bvecs of bytes `[off, off + len)` of `pages`, one per page touched.
+///
+/// # Invariants
+///
+/// The bvecs cover exactly `len` bytes of pages the caller's `pages` hold;
+/// they are only used while those are held.
+struct Bvecs {
+    v: KVVec<bindings::bio_vec>,
+    len: u64,
+}
+
+impl Bvecs {
+    fn new<P: BioPages>(pages: &P, off: u64, len: u64) -> Result<Self> {
+        let end = off.checked_add(len).ok_or(EINVAL)?;
+        if len == 0 || end > pages.len() {
+            return Err(EINVAL);
+        }
+        let page = PAGE_SIZE as u64;
+        let n = usize::try_from(len.div_ceil(page) + 1).map_err(|_| EINVAL)?;
+        let mut v = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let mut done = 0u64;
+        while done < len {
+            let (p, in_page) = pages.page_at(off + done).ok_or(EINVAL)?;
+            let l = (page - u64::from(in_page)).min(len - done);
+            v.push(
+                bindings::bio_vec {
+                    bv_page: p.as_ptr(),
+                    // `l` is at most a page.
+                    bv_len: l as u32,
+                    bv_offset: in_page,
+                },
+                GFP_KERNEL,
+            )?;
+            done += l;
+        }
+        Ok(Self { v, len })
+    }
+
+    /// Points `iter` at the bvecs, for a READ (`ITER_DEST`) or a WRITE.
+    ///
+    /// # Safety
+    ///
+    /// `iter` is valid for writes; it is used only while `self` lives.
+    unsafe fn iter(&self, iter: *mut bindings::iov_iter, write: bool) {
+        let dir = if write {
+            bindings::ITER_SOURCE
+        } else {
+            bindings::ITER_DEST
+        };
+        // SAFETY: the bvecs are valid for `len` bytes (type invariant); the
+        // caller's promise for `iter`. The length fits a `usize` (the count
+        // of bvecs did).
+        unsafe {
+            bindings::iov_iter_bvec(iter, dir, self.v.as_ptr(), self.v.len(), self.len as usize)
+        };
+    }
+}
+
+/// Runs a prepared kiocb (`vfs_iocb_iter_read/write`).
+///
+/// # Safety
+///
+/// `file` is referenced, `kiocb` initialised for it, `iter` set up over held
+/// pages; all stay valid for as long as the file system uses them.
+unsafe fn iocb_rw(
+    file: *mut bindings::file,
+    kiocb: *mut bindings::kiocb,
+    iter: *mut bindings::iov_iter,
+    write: bool,
+) -> isize {
+    // SAFETY: the caller's promise.
+    unsafe {
+        if write {
+            bindings::vfs_iocb_iter_write(file, kiocb, iter)
+        } else {
+            bindings::vfs_iocb_iter_read(file, kiocb, iter)
+        }
+    }
+}
+
+fn bytes_or_err(r: isize) -> Result<u64> {
+    if r < 0 {
+        // A negative `ssize_t` from the file system is an errno.
+        Err(Error::from_errno(r as i32))
+    } else {
+        Ok(r as u64)
+    }
+}
+
+/// A direct read or write of `len` bytes at `pos` of `file`, into or out of
+/// `pages` at `off`, that returns when it ended: bytes moved (short at the
+/// end of a file), or the error.
+pub(crate) fn rw_sync<P: BioPages>(
+    file: &File,
+    pages: &P,
+    off: u64,
+    len: u64,
+    pos: u64,
+    write: bool,
+) -> Result<u64> {
+    let pos = i64::try_from(pos).map_err(|_| EINVAL)?;
+    let bvecs = Bvecs::new(pages, off, len)?;
+    let kiocb = Opaque::<bindings::kiocb>::uninit();
+    let iter = Opaque::<bindings::iov_iter>::uninit();
+    // SAFETY: `kiocb` is ours to initialise; a synchronous kiocb (no
+    // completion, not NOWAIT) cannot fail.
+    unsafe { helpers::p2pdirect_kiocb_init(kiocb.get(), file.as_ptr(), pos, None, false) };
+    // SAFETY: `iter` is ours; the bvecs outlive the call below.
+    unsafe { bvecs.iter(iter.get(), write) };
+    // SAFETY: initialised above; a synchronous kiocb is done with both when
+    // the call returns, and `pages` hold the pages until then.
+    bytes_or_err(unsafe { iocb_rw(file.as_ptr(), kiocb.get(), iter.get(), write) })
+}
+
+/// The owner of an [`AsyncRw`]: holds the file, and learns of the I/O's end.
+pub(crate) trait AsyncRwOwner: Send + Sized + 'static {
+    /// The pages the I/O moves data into or out of.
+    type Pages: BioPages + DropInAnyContext + Send;
+
+    /// The file (referenced for as long as the owner lives).
+    fn file(&self) -> &File;
+
+    /// The I/O ended and its pages are gone (unless kept for a retry, see
+    /// [`AsyncRw::retry_pages`]): called once, in any context (interrupts
+    /// included), so it may not sleep.
+    fn completed(io: KBox<AsyncRw<Self>>);
+}
+
+/// A direct read or write of a file that nobody waits for.
+///
+/// # Invariants
+///
+/// - `kiocb` and `iter` are initialised by [`AsyncRw::submit`] before the
+///   file system sees them; from then until `ki_complete` (or the
+///   synchronous return) the file system owns the box (it lives at a fixed
+///   address: it is only ever handed over as a raw `KBox` pointer).
+/// - `pages` is `Some` until the I/O ended; the bvecs point into it.
+pub(crate) struct AsyncRw<O: AsyncRwOwner> {
+    kiocb: Opaque<bindings::kiocb>,
+    iter: Opaque<bindings::iov_iter>,
+    bvecs: Bvecs,
+    pages: Option<O::Pages>,
+    owner: O,
+    pos: u64,
+    write: bool,
+    nowait: bool,
+    res: isize,
+}
+
+/// How [`AsyncRw::submit`] went.
+pub(crate) enum Issued<O: AsyncRwOwner> {
+    /// The file system took the I/O: [`AsyncRwOwner::completed`] follows
+    /// (it may have run already).
+    Queued,
+    /// The file system finished (or refused) it at once; nothing is in
+    /// flight. With `nowait`, `EAGAIN` means: retry where it may block.
+    Done(KBox<AsyncRw<O>>),
+}
+
+// SAFETY: the kiocb and the iterator are only touched by the thread that
+// holds the box (the submitter, then the completion); everything else is
+// `Send`.
+unsafe impl<O: AsyncRwOwner> Send for AsyncRw<O> {}
+
+impl<O: AsyncRwOwner> AsyncRw<O> {
+    /// A read or write of `len` bytes at `pos` of `owner`'s file, into or
+    /// out of `pages` at `off`.
+    pub(crate) fn new(
+        owner: O,
+        pages: O::Pages,
+        off: u64,
+        len: u64,
+        pos: u64,
+        write: bool,
+    ) -> Result<KBox<Self>> {
+        i64::try_from(pos).map_err(|_| EINVAL)?;
+        let bvecs = Bvecs::new(&pages, off, len)?;
+        Ok(KBox::new(
+            Self {
+                kiocb: Opaque::uninit(),
+                iter: Opaque::uninit(),
+                bvecs,
+                pages: Some(pages),
+                owner,
+                pos,
+                write,
+                nowait: false,
+                res: 0,
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// Starts the I/O. With `nowait` the file system must not block
+    /// (`IOCB_NOWAIT`): it answers `EAGAIN` instead, at once or (rarely,
+    /// after part of the I/O went) at completion. A file that cannot do
+    /// NOWAIT I/O gets `EAGAIN` at once.
+    pub(crate) fn submit(io: KBox<Self>, nowait: bool) -> Issued<O> {
+        let raw = KBox::into_raw(io);
+        let (kiocb, iter, file, write) = {
+            // SAFETY: `raw` came from `into_raw`: valid, and ours until the
+            // file system takes it below; this borrow ends before that.
+            let me = unsafe { &mut *raw };
+            me.nowait = nowait;
+            let file = me.owner.file().as_ptr();
+            // SAFETY: the kiocb is ours to initialise; the owner keeps the
+            // file referenced. `new` checked that `pos` fits.
+            let r = unsafe {
+                helpers::p2pdirect_kiocb_init(
+                    me.kiocb.get(),
+                    file,
+                    me.pos as i64,
+                    Some(Self::complete),
+                    nowait,
+                )
+            };
+            if r < 0 {
+                me.res = r as isize;
+                // SAFETY: nothing else saw `raw`.
+                return Issued::Done(unsafe { KBox::from_raw(raw) });
+            }
+            // SAFETY: the bvecs live in the box, as long as the iterator.
+            unsafe { me.bvecs.iter(me.iter.get(), me.write) };
+            (me.kiocb.get(), me.iter.get(), file, me.write)
+        };
+        // SAFETY: kiocb and iterator are initialised, in the box, which stays
+        // where it is until the file system gives it back. The file stays
+        // referenced until `complete` (which may run before this returns;
+        // the file system does not touch the file, the kiocb or the
+        // iterator after queueing them, and neither does this function).
+        let ret = unsafe { iocb_rw(file, kiocb, iter, write) };
+        if ret == -(bindings::EIOCBQUEUED as isize) {
+            // `complete` owns the box now (and may have freed it already).
+            return Issued::Queued;
+        }
+        // SAFETY: not queued: the file system will not call `complete`, so
+        // the box is ours again.
+        let mut io = unsafe { KBox::from_raw(raw) };
+        io.res = ret;
+        Issued::Done(io)
+    }
+
+    /// `ki_complete` (any context).
+    ///
+    /// # Safety
+    ///
+    /// `kiocb` is the kiocb of an [`AsyncRw`] the file system queued.
+    unsafe extern "C" fn complete(kiocb: *mut bindings::kiocb, ret: kernel::ffi::c_long) {
+        // SAFETY: `kiocb` points at the `kiocb` field of a box `submit` gave
+        // up (an `Opaque` has the layout of what it wraps).
+        let raw = unsafe { kiocb.byte_sub(offset_of!(Self, kiocb)).cast::<Self>() };
+        // SAFETY: the file system hands the box back once, here.
+        let mut io = unsafe { KBox::from_raw(raw) };
+        if io.write {
+            // SAFETY: `vfs_iocb_iter_write` took the superblock's write
+            // access for the queued kiocb: it is dropped here, as aio does.
+            unsafe { helpers::p2pdirect_kiocb_end_write(kiocb) };
+        }
+        io.res = ret;
+        if !io.retryable() {
+            drop(io.pages.take());
+        }
+        O::completed(io);
+    }
+
+    fn retryable(&self) -> bool {
+        self.nowait && self.res == -(bindings::EAGAIN as isize)
+    }
+
+    /// What the I/O did: bytes moved, or the error.
+    pub(crate) fn result(&self) -> Result<u64> {
+        bytes_or_err(self.res)
+    }
+
+    /// After a NOWAIT I/O ended in `EAGAIN` (see [`AsyncRw::submit`]), the
+    /// pages it kept so that the caller may run it again where it may block.
+    pub(crate) fn retry_pages(&mut self) -> Option<O::Pages> {
+        if self.retryable() {
+            self.pages.take()
+        } else {
+            None
+        }
+    }
+
+    /// The owner.
+    pub(crate) fn owner(&self) -> &O {
+        &self.owner
+    }
+
+    /// The owner.
+    pub(crate) fn owner_mut(&mut self) -> &mut O {
+        &mut self.owner
+    }
+
+    /// The owner, once the I/O ended.
+    pub(crate) fn into_owner(self) -> O {
+        self.owner
+    }
+}

@@ -147,10 +147,14 @@ pub(crate) fn submit_uring(me: &OpenFile, req: &Request, cmd: &mut UringCmd) -> 
             );
         }
     })?;
+    // COMPAT and file WRITEs are issued by io_uring's worker (see
+    // `submit_file`): sent there before any work is done.
+    let to_worker = req.flags & uapi::P2PDIRECT_IO_COMPAT != 0
+        || (req.write && IoFile::from_fd(req.fd, true).is_ok_and(|f| !f.is_bdev()));
+    if cmd.nonblock() && to_worker {
+        return Err(EAGAIN);
+    }
     if req.flags & uapi::P2PDIRECT_IO_COMPAT != 0 {
-        if cmd.nonblock() {
-            return Err(EAGAIN);
-        }
         let pending = cmd.queue().ok_or(EINVAL)?;
         let (res, res2) = cqe(&run(me, req));
         pending.complete_with(res, res2);
@@ -360,6 +364,7 @@ fn submit_file(
 ) -> Result<i32> {
     let nowait = cmd.nonblock();
     if nowait && d.write {
+        // Checked by `submit_uring` already, unless the fd changed since.
         return Err(EAGAIN);
     }
     let (off, len, pos, write) = (d.mem.offset, d.len, d.pos, d.write);
@@ -375,7 +380,9 @@ fn submit_file(
     let Some(pending) = rw.owner_mut().cmd.take() else {
         return Err(EINVAL);
     };
-    if nowait && rw.result() == Err(EAGAIN) {
+    // What a NOWAIT issue may answer instead of blocking (as io_uring's own
+    // reads take it).
+    if nowait && matches!(rw.result(), Err(e) if e == EAGAIN || e == eopnotsupp()) {
         // Issued again by io_uring's worker (the checks too).
         drop(rw);
         return match cmd.unqueue(pending) {

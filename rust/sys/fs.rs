@@ -12,7 +12,10 @@
 //!   the I/O ended (any context); the pages go there, and the
 //!   [`AsyncRwOwner`] learns of it.
 
-use core::mem::offset_of;
+use core::{
+    mem::offset_of,
+    sync::atomic::{AtomicU8, Ordering},
+};
 use kernel::{bindings, fs::File, page::PAGE_SIZE, prelude::*, types::Opaque};
 
 use super::bio::{BioPages, DropInAnyContext};
@@ -159,7 +162,8 @@ pub(crate) trait AsyncRwOwner: Send + Sized + 'static {
 
     /// The I/O ended and its pages are gone (unless kept for a retry, see
     /// [`AsyncRw::retry_pages`]): called once, in any context (interrupts
-    /// included), so it may not sleep.
+    /// included, or the submitter's after the file system took the I/O), so
+    /// it may not sleep.
     fn completed(io: KBox<AsyncRw<Self>>);
 }
 
@@ -171,6 +175,13 @@ pub(crate) trait AsyncRwOwner: Send + Sized + 'static {
 ///   file system sees them; from then until `ki_complete` (or the
 ///   synchronous return) the file system owns the box (it lives at a fixed
 ///   address: it is only ever handed over as a raw `KBox` pointer).
+/// - A queued I/O has two references (`refs`): the submitter's, held until
+///   `vfs_iocb_iter_read/write` returned (file systems still touch the
+///   kiocb's file and inode after queueing it, and the completion may run
+///   meanwhile, on another CPU), and the completion's. Whoever drops the
+///   last one hands the box to [`AsyncRwOwner::completed`]. Until then only
+///   `refs` is touched by the submitter, and `res` and `pages` by the
+///   completion.
 /// - `pages` is `Some` until the I/O ended; the bvecs point into it.
 pub(crate) struct AsyncRw<O: AsyncRwOwner> {
     kiocb: Opaque<bindings::kiocb>,
@@ -182,6 +193,7 @@ pub(crate) struct AsyncRw<O: AsyncRwOwner> {
     write: bool,
     nowait: bool,
     res: isize,
+    refs: AtomicU8,
 }
 
 /// How [`AsyncRw::submit`] went.
@@ -194,8 +206,8 @@ pub(crate) enum Issued<O: AsyncRwOwner> {
     Done(KBox<AsyncRw<O>>),
 }
 
-// SAFETY: the kiocb and the iterator are only touched by the thread that
-// holds the box (the submitter, then the completion); everything else is
+// SAFETY: the kiocb and the iterator are only touched by whoever holds the
+// box (the submitter, the file system, then the owner); everything else is
 // `Send`.
 unsafe impl<O: AsyncRwOwner> Send for AsyncRw<O> {}
 
@@ -223,6 +235,7 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
                 write,
                 nowait: false,
                 res: 0,
+                refs: AtomicU8::new(0),
             },
             GFP_KERNEL,
         )?)
@@ -258,16 +271,18 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
             }
             // SAFETY: the bvecs live in the box, as long as the iterator.
             unsafe { me.bvecs.iter(me.iter.get(), me.write) };
+            // INVARIANT: the submitter's reference and the completion's.
+            me.refs.store(2, Ordering::Relaxed);
             (me.kiocb.get(), me.iter.get(), file, me.write)
         };
         // SAFETY: kiocb and iterator are initialised, in the box, which stays
-        // where it is until the file system gives it back. The file stays
-        // referenced until `complete` (which may run before this returns;
-        // the file system does not touch the file, the kiocb or the
-        // iterator after queueing them, and neither does this function).
+        // where it is until both references went. The owner in the box keeps
+        // the file referenced: the submitter's reference keeps the box, so
+        // the file and the kiocb outlive this call even if `complete` ran.
         let ret = unsafe { iocb_rw(file, kiocb, iter, write) };
         if ret == -(bindings::EIOCBQUEUED as isize) {
-            // `complete` owns the box now (and may have freed it already).
+            // SAFETY: our reference keeps the box; only `refs` is touched.
+            unsafe { Self::put(raw) };
             return Issued::Queued;
         }
         // SAFETY: not queued: the file system will not call `complete`, so
@@ -286,18 +301,35 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
         // SAFETY: `kiocb` points at the `kiocb` field of a box `submit` gave
         // up (an `Opaque` has the layout of what it wraps).
         let raw = unsafe { kiocb.byte_sub(offset_of!(Self, kiocb)).cast::<Self>() };
-        // SAFETY: the file system hands the box back once, here.
-        let mut io = unsafe { KBox::from_raw(raw) };
-        if io.write {
-            // SAFETY: `vfs_iocb_iter_write` took the superblock's write
-            // access for the queued kiocb: it is dropped here, as aio does.
-            unsafe { helpers::p2pdirect_kiocb_end_write(kiocb) };
+        // SAFETY: the completion's reference keeps the box; of it, only
+        // `res` and `pages` are written here (type invariant), and `write`
+        // and `nowait` read, which nobody writes any more.
+        unsafe {
+            if (*raw).write {
+                // `vfs_iocb_iter_write` took the superblock's write access
+                // for the queued kiocb: it is dropped here, as aio does.
+                helpers::p2pdirect_kiocb_end_write(kiocb);
+            }
+            (*raw).res = ret;
+            if !((*raw).nowait && ret == -(bindings::EAGAIN as isize)) {
+                drop((*raw).pages.take());
+            }
+            Self::put(raw);
         }
-        io.res = ret;
-        if !io.retryable() {
-            drop(io.pages.take());
+    }
+
+    /// Drops a reference; the last one hands the I/O to its owner.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a queued I/O, and the caller holds one of its references.
+    unsafe fn put(raw: *mut Self) {
+        // SAFETY: the reference keeps the box; `refs` is atomic.
+        let refs = unsafe { &(*raw).refs };
+        if refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // SAFETY: the last reference: the box is ours again.
+            O::completed(unsafe { KBox::from_raw(raw) });
         }
-        O::completed(io);
     }
 
     fn retryable(&self) -> bool {

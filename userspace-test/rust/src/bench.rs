@@ -241,6 +241,8 @@ enum Buf<'d> {
     Host(AlignedBuf, p2pdirect::Mapping<'d>),
     P2pmem(*mut u8, usize),
     Ram(AlignedBuf),
+    /// Given up while I/O may still use it (never unmapped or freed).
+    Leaked,
 }
 
 impl Drop for Buf<'_> {
@@ -252,16 +254,22 @@ impl Drop for Buf<'_> {
     }
 }
 
-/// The memory a worker of `path` moves data into or out of, `len` bytes.
-fn buffer<'d>(ctx: &Ctx<'d>, path: Path, len: u64) -> Result<Buf<'d>, String> {
-    let gpu_map = || -> Result<p2pdirect::Mapping<'d>, String> {
+/// The memory a worker of `path` moves data into or out of, `len` bytes,
+/// and the handle of the device memory under it, which the caller frees.
+fn buffer<'d>(ctx: &Ctx<'d>, path: Path, len: u64) -> Result<(Buf<'d>, Option<u64>), String> {
+    let mut handle = None;
+    let mut gpu_map = || -> Result<p2pdirect::Mapping<'d>, String> {
         let a = ctx
             .dev
             .alloc(ctx.gpu, len, 0)
             .map_err(|e| format!("ALLOC {len}: {e}"))?;
-        ctx.dev.map(&a).map_err(|e| format!("mmap: {e}"))
+        handle = Some(a.handle);
+        ctx.dev.map(&a).map_err(|e| {
+            let _ = ctx.dev.free(a.handle);
+            format!("mmap: {e}")
+        })
     };
-    Ok(match path {
+    let buf = match path {
         Path::P2pdirect | Path::DirectDevmem | Path::Uring | Path::UringDevmem => {
             Buf::Device(gpu_map()?)
         }
@@ -293,7 +301,8 @@ fn buffer<'d>(ctx: &Ctx<'d>, path: Path, len: u64) -> Result<Buf<'d>, String> {
             }
             Buf::P2pmem(m.cast(), len as usize)
         }
-    })
+    };
+    Ok((buf, handle))
 }
 
 impl Buf<'_> {
@@ -303,6 +312,7 @@ impl Buf<'_> {
             Buf::Device(m) | Buf::Host(_, m) => m.as_ptr(),
             Buf::P2pmem(p, _) => *p,
             Buf::Ram(h) => h.as_mut().as_mut_ptr(),
+            Buf::Leaked => std::ptr::null_mut(),
         }
     }
 }
@@ -336,7 +346,33 @@ fn worker(
     } else {
         bs
     };
-    let mut buf = buffer(ctx, path, buf_len)?;
+    let (mut buf, handle) = buffer(ctx, path, buf_len)?;
+    let r = worker_on(ctx, path, wl, t, deadline, &file, &mut buf, buf_len);
+    // Unmapped first, then given back (a bench process runs many workers).
+    drop(buf);
+    if let Some(h) = handle {
+        let _ = ctx.dev.free(h);
+    }
+    let r = r?;
+    if wl.write && path == Path::Buffered {
+        file.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
+    }
+    Ok(r)
+}
+
+/// A worker's run on its buffer.
+#[allow(clippy::too_many_arguments)]
+fn worker_on(
+    ctx: &Ctx,
+    path: Path,
+    wl: &Workload,
+    t: usize,
+    deadline: Instant,
+    file: &fs::File,
+    buf: &mut Buf,
+    buf_len: u64,
+) -> Result<(u64, Vec<f32>), String> {
+    let bs = wl.bs;
     let mut offs = Offsets {
         next: (t as u64 * (ctx.span / wl.threads as u64)) / bs * bs,
         rng: 0x9E37_79B9 ^ (t as u64 + 1),
@@ -356,18 +392,14 @@ fn worker(
         _ => None,
     };
     let r = if path.uring() {
-        uring_worker(ctx, path, wl, &file, buf, buf_len, reg, &mut offs, deadline)
+        uring_worker(ctx, path, wl, file, buf, buf_len, reg, &mut offs, deadline)
     } else {
-        sync_worker(ctx, path, wl, &file, &mut buf, reg, &mut offs, deadline)
+        sync_worker(ctx, path, wl, file, buf, reg, &mut offs, deadline)
     };
     if let Some(id) = reg {
         let _ = ctx.dev.deregister(id);
     }
-    let r = r?;
-    if wl.write && path == Path::Buffered {
-        file.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
-    }
-    Ok(r)
+    r
 }
 
 /// One I/O at a time, timed one by one.
@@ -436,6 +468,7 @@ fn sync_worker(
                 r
             }
             Buf::Ram(h) => pio(file, h.as_mut(), off, wl.write),
+            Buf::Leaked => return Err("the buffer was given up".into()),
             Buf::P2pmem(p, len) => {
                 // SAFETY: the p2pmem mapping holds `len` bytes; the slice is
                 // only handed to the kernel as an I/O buffer.
@@ -472,7 +505,7 @@ fn uring_worker(
     path: Path,
     wl: &Workload,
     file: &fs::File,
-    mut buf: Buf,
+    buf: &mut Buf,
     buf_len: u64,
     reg: Option<u64>,
     offs: &mut Offsets,
@@ -546,7 +579,7 @@ fn uring_worker(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 // I/Os may still use the buffer: it must never be reused.
-                std::mem::forget(buf);
+                std::mem::forget(std::mem::replace(buf, Buf::Leaked));
                 return Err(format!("io_uring_enter: {e}"));
             }
         }
@@ -594,7 +627,6 @@ fn uring_worker(
         }
     }
     drop(ring);
-    drop(buf);
     match err {
         Some(e) => Err(e),
         None => Ok((ops, lat)),

@@ -15,6 +15,10 @@ COLORS = {
     'buffered': '#e7298a',
     'odirect-devmem': '#66a61e',
     'odirect-ram': '#999999',
+    'p2pdirect-uring': '#006d4f',
+    'upstream-uring-p2pmem': '#4a4590',
+    'upstream-uring-devmem': '#3d6b10',
+    'uring-ram': '#666666',
 }
 PW, PH = 300, 210          # panel size
 COLS = 5
@@ -65,13 +69,20 @@ def main(src, dst):
         key, unit = ('iops', 'IOPS (higher is better)') if rand else \
             ('mib_s', 'MiB/s (higher is better)')
         bars = []
+        # Only the paths that ran the workload (the io_uring ones run the
+        # queue-depth sweep, the others the synchronous workloads).
         for p in paths:
             r = by.get((w, p))
-            bars.append((p, None if not r or r.get('error') else r[key]))
+            if r:
+                bars.append((p, None if r.get('error') else r[key]))
         panels.append((w, unit, bars))
     cpu = [(p, (lambda r: None if not r or r.get('error') else r['cpu_s_per_gib'])(
-        by.get(('seq-read-1M', p)))) for p in paths]
+        by.get(('seq-read-1M', p)))) for p in paths if ('seq-read-1M', p) in by]
     panels.append(('seq-read-1M CPU', 'guest CPU s per GiB (lower is better)', cpu))
+    qd32 = [(p, None if r.get('error') else r['cpu_s_per_gib'])
+            for p in paths for r in [by.get(('seq-read-1M-qd32', p))] if r]
+    if qd32:
+        panels.append(('seq-read-1M-qd32 CPU', 'guest CPU s per GiB (lower is better)', qd32))
     rows = (len(panels) + COLS - 1) // COLS
     width, height = COLS * PW, rows * PH + 80
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '

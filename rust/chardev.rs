@@ -10,6 +10,7 @@ use crate::{
     error::refuse,
     ffi::{self, FileMapping},
     registration::{self, FileRegs},
+    storage::DmaHint,
     sys::{
         miscdev::{MiscUringCmd, OwnedMiscDevice},
         uring_cmd::UringCmd,
@@ -20,9 +21,9 @@ use kernel::{
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::VmaNew,
-    new_mutex,
+    new_mutex, new_spinlock,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, SpinLock},
 };
 
 /// The registration the crate root holds: its open files (and so their
@@ -46,6 +47,9 @@ pub(crate) struct OpenFile {
     regs: Mutex<FileRegs>,
     /// io_uring commands of this file in flight.
     uring_inflight: Arc<AtomicU32>,
+    /// The DMA device of the block device of the last I/O (see storage).
+    #[pin]
+    dma_hint: SpinLock<Option<DmaHint>>,
 }
 
 /// A place among the io_uring commands a file may have in flight, held
@@ -122,6 +126,11 @@ impl OpenFile {
 
     /// A place for one more io_uring command in flight (`EBUSY` past
     /// `P2PDIRECT_URING_MAX_INFLIGHT`).
+    /// The file's hint of the DMA device of its I/O target (see storage).
+    pub(crate) fn dma_hint(&self) -> &SpinLock<Option<DmaHint>> {
+        &self.dma_hint
+    }
+
     pub(crate) fn uring_slot(&self) -> Result<UringSlot> {
         let max = crate::ffi::uapi::P2PDIRECT_URING_MAX_INFLIGHT;
         self.uring_inflight
@@ -158,6 +167,7 @@ impl MiscDevice for OpenFile {
                 allocs <- new_mutex!(KVec::new()),
                 regs <- new_mutex!(FileRegs::new()),
                 uring_inflight: Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
+                dma_hint <- new_spinlock!(None),
             }),
             GFP_KERNEL,
         )

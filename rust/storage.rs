@@ -35,7 +35,7 @@
 use crate::{
     chardev::{OpenFile, UringSlot},
     error::{eopnotsupp, eremoteio, refuse},
-    ffi::{self, uapi, IoFile, Limits, PciFunction, PinRef},
+    ffi::{self, uapi, DmaLeg, IoFile, Limits, PciFunction, PinRef},
     peer_mem::{self, UserRange},
     stats::{Bdf, IoRecord, Key, Pinned},
     sys::{
@@ -48,7 +48,9 @@ use crate::{
 use kernel::{
     fs::File,
     page::PAGE_SIZE,
+    pci,
     prelude::*,
+    sync::aref::ARef,
     time::{Instant, Monotonic},
 };
 
@@ -571,35 +573,42 @@ fn plan(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Planned> {
     // Only a queue that takes P2PDMA pages needs them (the walk of a stacked
     // device scans the block devices: not for dm, loop or the page cache).
     let legs = if cpu_path || lim.p2pdma == 0 {
-        KVec::new()
+        Legs::Walked(KVec::new())
     } else {
-        match file.dma_legs() {
-            Err(e) if e == ENOMEM => return Err(e),
-            legs => legs.unwrap_or_default(),
-        }
+        dma_legs(me, &file)?
     };
     let mut done = Done {
         dma_pci: legs
-            .first()
-            .map_or(0, |l| PciFunction::from_pci(&*l.pci).addr()),
+            .pcis()
+            .next()
+            .map_or(0, |p| PciFunction::from_pci(p).addr()),
         ..Done::default()
     };
-    let reach = if cpu_path || lim.p2pdma == 0 || legs.is_empty() {
-        Err(Unreachable::default())
+    let reach = if cpu_path || lim.p2pdma == 0 || legs.len() == 0 {
+        Err(None)
     } else {
-        legs.iter().try_for_each(|leg| {
-            let pci = PciFunction::from_pci(&*leg.pci);
+        legs.pcis().try_for_each(|p| {
+            let pci = PciFunction::from_pci(p);
             mem.pages
                 .reachable_by(&pci)
-                .map_err(|provider| Unreachable {
-                    leg: Some(leg),
-                    dma: pci.addr(),
-                    provider,
-                })
+                .map_err(|provider| Some((pci.addr(), provider)))
         })
     };
-    if let Err(why) = reach {
+    if let Err(tried) = reach {
         if req.flags & uapi::P2PDIRECT_IO_COMPAT == 0 {
+            let legs = match legs {
+                Legs::Walked(l) => l,
+                Legs::One(_) => KVec::new(),
+            };
+            let (dma, provider) = tried.unwrap_or_default();
+            let why = Unreachable {
+                tried: tried.is_some(),
+                leg: legs
+                    .iter()
+                    .find(|l| PciFunction::from_pci(&*l.pci).addr() == dma),
+                dma,
+                provider,
+            };
             return Err(refuse_unreachable(req, &lim, &why, legs.len()));
         }
         let (bytes, zeroed) = bounce(&file, &lim, &mem, req, len)?;
@@ -703,13 +712,75 @@ fn resolve_memory(me: &OpenFile, req: &Request, lim: &Limits) -> Result<Memory> 
     })
 }
 
-/// Why the data cannot go device to device: the leg (of a stacked device)
-/// and its DMA device that cannot reach `provider`, when one was tried.
-#[derive(Default)]
+/// Why the data cannot go device to device: the DMA device `dma` that
+/// cannot reach `provider`, if one was found and tried, and the leg of a
+/// stacked device it belongs to.
 struct Unreachable<'a> {
+    tried: bool,
     leg: Option<&'a ffi::DmaLeg>,
     dma: u32,
     provider: u32,
+}
+
+/// The DMA devices of an I/O's block device.
+enum Legs {
+    /// It sits on this PCI function itself.
+    One(ARef<pci::Device>),
+    /// The legs of a stacked device, down to their PCI functions (empty:
+    /// none found).
+    Walked(KVec<DmaLeg>),
+}
+
+impl Legs {
+    fn pcis(&self) -> impl Iterator<Item = &pci::Device> {
+        let (one, walked) = match self {
+            Legs::One(p) => (Some(&**p), &[][..]),
+            Legs::Walked(l) => (None, &l[..]),
+        };
+        Iterator::chain(one.into_iter(), walked.iter().map(|l| &*l.pci))
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Legs::One(_) => 1,
+            Legs::Walked(l) => l.len(),
+        }
+    }
+}
+
+/// What the file `me` knows of the DMA device of its last I/O's block
+/// device: a disk's parents never change while it lives, so the next I/O
+/// to the same disk (by [`BlockDevice::identity`]) skips the walk and its
+/// lock.
+pub(crate) struct DmaHint {
+    id: (u64, u32),
+    pci: ARef<pci::Device>,
+}
+
+/// The DMA devices of `file`'s block device: the PCI function it sits on
+/// (from `me`'s hint if the last I/O went to the same live disk), or the
+/// legs of a stacked device, walked every time (they change).
+fn dma_legs(me: &OpenFile, file: &IoFile) -> Result<Legs> {
+    let bdev = file.bdev();
+    let id = bdev.identity();
+    if !bdev.disk_dead() {
+        if let Some(h) = me.dma_hint().lock().as_ref().filter(|h| h.id == id) {
+            return Ok(Legs::One(h.pci.clone()));
+        }
+    }
+    if let Some(pci) = bdev.dma_pci() {
+        let old = me.dma_hint().lock().replace(DmaHint {
+            id,
+            pci: pci.clone(),
+        });
+        // Outside the lock: the last reference of a removed device frees it.
+        drop(old);
+        return Ok(Legs::One(pci));
+    }
+    match file.dma_legs() {
+        Err(e) if e == ENOMEM => Err(e),
+        legs => Ok(Legs::Walked(legs.unwrap_or_default())),
+    }
 }
 
 /// The error (and a rate-limited message naming both devices) for memory
@@ -729,7 +800,7 @@ fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: 
     }
     if ffi::ratelimit() {
         match why.leg {
-            None => pr_info!(
+            _ if !why.tried => pr_info!(
                 "{}: fd {} is a block device whose DMA devices p2pdirect cannot find (no PCI \
                  device under it, or stacked deeper than {} levels or over {} legs); set \
                  P2PDIRECT_IO_COMPAT to bounce through host memory\n",

@@ -69,6 +69,34 @@ impl BlockDevice {
         unsafe { Device::from_raw(&raw mut (*self.0.get()).bd_device) }
     }
 
+    /// Who the disk under this block device is: its `diskseq` (never the
+    /// same for a disk created later, see `inc_diskseq()`) and this block
+    /// device's `dev_t` (a partition's own).
+    pub(crate) fn identity(&self) -> (u64, u32) {
+        // SAFETY: an open block device has a valid disk (type invariant).
+        unsafe { ((*(*self.0.get()).bd_disk).diskseq, (*self.0.get()).bd_dev) }
+    }
+
+    /// Whether the disk was deleted (`GD_DEAD`). Read without its lock: the
+    /// disk may die right after, and then its bios fail.
+    pub(crate) fn disk_dead(&self) -> bool {
+        // SAFETY: as in `identity`; a racy read of a flags word.
+        let state =
+            unsafe { core::ptr::read_volatile(&raw const (*(*self.0.get()).bd_disk).state) };
+        state & (1 << bindings::GD_DEAD) != 0
+    }
+
+    /// The PCI function doing this block device's DMA if it sits on one
+    /// itself; `None` for a stacked or deleted one (see
+    /// [`BlockDevice::dma_legs`]). A disk's parents never change while it
+    /// lives, so the answer holds for its [`identity`](Self::identity).
+    pub(crate) fn dma_pci(&self) -> Option<ARef<pci::Device>> {
+        match read_node(self.device()) {
+            Node::Pci(pci) => Some(pci),
+            Node::Dead | Node::Stacked(_) => None,
+        }
+    }
+
     /// The leaves under this block device and their PCI functions: itself
     /// if it sits on a PCI controller, else the legs of its stacking driver,
     /// followed down to the controllers. `ENODEV` if a branch ends with no

@@ -237,7 +237,7 @@ p2pd_bad() { ! /tests/p2pd verify --dev /dev/nonexistent 2>/tmp/err && grep -q '
 # reads NSID 1 [56, 64) MiB, which no check of the NVMe trace looks at, and
 # runs before p2pd verify, whose data in device memory the host checks.
 p2pd_bench_uring() {
-	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.2 --qd 1,8 \
+	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.2 --rounds 1 --qd 1,8 \
 		--only uring --json >/tmp/bench.out 2>&1 || {
 		cat /tmp/bench.out
 		return 1
@@ -468,7 +468,7 @@ run_demo() {
 	# The benchmark first: it reuses device memory, the verified data must
 	# be the last thing written there for the host to find it.
 	say "== p2pd bench (short): the same I/O over six paths, and four io_uring paths at QD 32 =="
-	/tests/p2pd bench --seconds 0.5 --threads 4 --qd 32 >"$out" 2>/dev/null || say "p2pd bench: FAILED"
+	/tests/p2pd bench --seconds 0.5 --rounds 1 --threads 4 --qd 32 >"$out" 2>/dev/null || say "p2pd bench: FAILED"
 	say ""
 	say "== p2pd verify: 16 MiB NVMe -> GPU memory -> NVMe, every byte checked =="
 	/tests/p2pd verify --size 16M --records >"$out" 2>&1 || say "p2pd verify: FAILED"

@@ -998,18 +998,39 @@ static int write_str(const char *path, const char *s)
  * Unbinding the NVMe driver of the controller whose CMB p2pdirect allocated
  * from: the unbind completes (p2pdirect revokes its allocations first: the
  * registration is dead, the mapping gives SIGBUS), and after a rebind the
- * CMB is a provider again. Run alone at teardown (the namespaces of that
- * controller go away meanwhile): harden_test -t cmb_unbind_revokes_allocations.
+ * CMB is a provider again. A READ of NSID 1 (on that controller) into GPU
+ * memory before, through the same /dev/p2pdirect file, leaves the file's
+ * hint of the namespace's DMA device: the old namespace's fd then moves
+ * nothing (its capacity is 0: end of device, as pread(2) finds it, or an
+ * error), and the namespace that comes back (a new disk) reads the same
+ * bytes. Run alone at teardown (the namespaces of
+ * that controller go away meanwhile):
+ * harden_test -t cmb_unbind_revokes_allocations.
  */
+static int read_ns1(int dev, const char *ns, void *gpu, __u64 len, int *err)
+{
+	struct p2pdirect_io io = { .addr = (uintptr_t)gpu, .size = len };
+	int ret;
+
+	io.fd = open(ns, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (io.fd < 0)
+		return -errno;
+	ret = ioctl(dev, P2PDIRECT_IOC_READ, &io);
+	*err = ret ? errno : 0;
+	close(io.fd);
+	return ret ? -*err : (int)io.bytes;
+}
+
 TEST(cmb_unbind_revokes_allocations)
 {
 	struct p2pdirect_provider_info p[8];
 	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
-	struct p2pdirect_alloc a = { .size = 64 * KiB };
-	char ns[64], pci_dir[256], bdf[32], *slash;
+	struct p2pdirect_alloc a = { .size = 64 * KiB }, g = { .size = 64 * KiB };
+	char ns[64], ns1[64], pci_dir[256], bdf[32], *slash;
 	__u64 id = 0, sum;
-	__u8 *m;
-	int dev, found = 0;
+	__u8 *m, *gm;
+	struct p2pdirect_io old_io = {};
+	int dev, found = 0, err, old_fd;
 
 	ASSERT_TRUE(find_nvme("p2pnvme-sw", ns, sizeof(ns), pci_dir));
 	slash = strrchr(pci_dir, '/');
@@ -1024,6 +1045,17 @@ TEST(cmb_unbind_revokes_allocations)
 			found = 1;
 		}
 	ASSERT_TRUE(found) TH_LOG("no published provider (the CMB)");
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_BAR)
+			g.provider = p[i].index;
+	ASSERT_EQ(0, ioctl(dev, P2PDIRECT_IOC_ALLOC, &g));
+	gm = mmap(NULL, g.size, PROT_READ | PROT_WRITE, MAP_SHARED, dev, g.mmap_offset);
+	ASSERT_NE(MAP_FAILED, gm);
+	ASSERT_TRUE(find_nvme_nsid(1, ns1, sizeof(ns1), NULL));
+	ASSERT_EQ((int)g.size, read_ns1(dev, ns1, gm, g.size, &err)) TH_LOG("%s", strerror(err));
+	EXPECT_EQ(0ull, fill_diff(gm, g.size, 0, 1));
+	old_fd = open(ns1, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, old_fd);
 	ASSERT_EQ(0, ioctl(dev, P2PDIRECT_IOC_ALLOC, &a));
 	m = mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, dev, a.mmap_offset);
 	ASSERT_NE(MAP_FAILED, m);
@@ -1034,6 +1066,17 @@ TEST(cmb_unbind_revokes_allocations)
 	alarm(0);
 	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(dev, id));
 	EXPECT_EQ(SIGBUS, read_all(m, 4096, &sum));
+	/* The deleted namespace, through the fd opened before. */
+	old_io.fd = old_fd;
+	old_io.addr = (uintptr_t)gm;
+	old_io.size = g.size;
+	memset(gm, 0, g.size);
+	err = ioctl(dev, P2PDIRECT_IOC_READ, &old_io) ? errno : 0;
+	printf("# READ of the deleted namespace: %s, %llu bytes\n", strerror(err),
+	       (unsigned long long)old_io.bytes);
+	EXPECT_TRUE(err || old_io.bytes == 0);
+	EXPECT_EQ(0u, nonzero(gm, g.size));
+	close(old_fd);
 	/* FREE of the revoked allocation is still fine. */
 	EXPECT_EQ(0, free_handle(dev, a.handle));
 	munmap(m, a.size);
@@ -1049,6 +1092,21 @@ TEST(cmb_unbind_revokes_allocations)
 			usleep(100000);
 	}
 	EXPECT_TRUE(found);
+	/* The namespace is a new disk: it is read from its new node. */
+	found = 0;
+	for (int t = 0; t < 100 && !found; t++) {
+		found = find_nvme_nsid(1, ns1, sizeof(ns1), NULL);
+		if (!found)
+			usleep(100000);
+	}
+	ASSERT_TRUE(found);
+	memset(gm, 0, g.size);
+	EXPECT_EQ((int)g.size, read_ns1(dev, ns1, gm, g.size, &err)) TH_LOG("%s", strerror(err));
+	EXPECT_EQ(0ull, fill_diff(gm, g.size, 0, 1));
+	/* What the host finds of this memory: zeros, as ALLOC left it. */
+	memset(gm, 0, g.size);
+	munmap(gm, g.size);
+	EXPECT_EQ(0, free_handle(dev, g.handle));
 	close(dev);
 }
 

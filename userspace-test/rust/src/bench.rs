@@ -674,6 +674,17 @@ fn run_one(ctx: &Ctx, path: Path, wl: &Workload, secs: f64) -> Res {
     r
 }
 
+/// The round of a run with the median IOPS (a failed round wins: its
+/// error is reported).
+fn median(mut runs: Vec<Res>) -> Option<Res> {
+    if let Some(i) = runs.iter().position(|r| r.error.is_some()) {
+        return Some(runs.swap_remove(i));
+    }
+    runs.sort_by(|a, b| a.iops().total_cmp(&b.iops()));
+    let mid = runs.len() / 2;
+    runs.into_iter().nth(mid)
+}
+
 fn find<'a>(rs: &'a [Res], path: Path, wl: &str) -> Option<&'a Res> {
     rs.iter()
         .find(|r| r.path == path && r.wl.name() == wl && r.error.is_none())
@@ -810,7 +821,7 @@ fn machine_json() -> String {
 pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     let ns = args.namespace()?;
     let gpu = args.gpu(dev)?;
-    let secs = args.seconds.unwrap_or(1.5);
+    let secs = args.seconds.unwrap_or(1.0);
     let threads = args.threads.unwrap_or(4);
     // Reads use [base, base + span), writes the span after it. By default
     // the upper half of the namespace: the lower half is left to `p2pd
@@ -887,16 +898,23 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     if todo.is_empty() {
         return Err("--only matches no run (runs are named like 'p2pdirect seq-read-4K')".into());
     }
-    let mut progress = Progress::new(todo.len());
-    let mut rs = Vec::new();
-    for (path, wl) in todo {
-        progress.step(&format!("{} {}", path.name(), wl.name()));
-        rs.push(run_one(&ctx, path, wl, secs));
+    // Each run is repeated, the rounds interleaved, and the median round
+    // kept: a disturbance of the machine during one run (a VM's host is
+    // never quiet) then moves no ratio.
+    let rounds = args.rounds.unwrap_or(3);
+    let mut progress = Progress::new(todo.len() * rounds);
+    let mut all: Vec<Vec<Res>> = todo.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds {
+        for ((path, wl), runs) in todo.iter().zip(all.iter_mut()) {
+            progress.step(&format!("{} {}", path.name(), wl.name()));
+            runs.push(run_one(&ctx, *path, wl, secs));
+        }
     }
+    let rs: Vec<Res> = all.into_iter().filter_map(median).collect();
     let ratios = ratios(&rs, threads, &qds);
 
     println!(
-        "p2pd bench: {} (nsid {}, {}) <-> GPU {}; {secs} s per run",
+        "p2pd bench: {} (nsid {}, {}) <-> GPU {}; {secs} s per run, median of {rounds} rounds",
         ns.name, ns.nsid, ns.serial, gpu.pci_addr
     );
     println!(
@@ -979,6 +997,7 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     j.str("namespace", &ns.name);
     j.str("gpu", &gpu.pci_addr.to_string());
     j.num("seconds_per_run", secs);
+    j.num("rounds", rounds as f64);
     j.raw("runs", &Json::array(&runs));
     j.raw("ratios", &Json::array(&rat));
     let text = j.end();

@@ -22,6 +22,8 @@ pub struct Args {
     pub only: Vec<String>,
     /// bench: the queue depths of the io_uring runs.
     pub qd: Vec<u32>,
+    /// bench: how many times each run is repeated (interleaved).
+    pub rounds: Option<usize>,
 }
 
 /// `4096`, `128k`, `1M`, `4m`, `0x1000`.
@@ -70,6 +72,13 @@ impl Args {
                 }
                 "--out" => a.out = Some(PathBuf::from(val()?)),
                 "--only" => a.only.push(val()?.clone()),
+                "--rounds" => {
+                    let n: usize = val()?.parse().map_err(|_| "--rounds takes a number")?;
+                    if !(1..=15).contains(&n) {
+                        return Err("--rounds must be 1..15".into());
+                    }
+                    a.rounds = Some(n)
+                }
                 "--qd" => {
                     a.qd.clear();
                     for q in val()?.split(',') {

@@ -27,10 +27,11 @@ const USAGE: &str = "usage: p2pd <command> [options]
   stats [--json] [--reset]     I/O statistics per provider and block device
   verify [--dev NS] [--gpu I] [--offset B] [--size B] [--records] [--json]
                                NVMe -> device memory -> NVMe, every byte checked
-  bench [--dev NS] [--gpu I] [--seconds S] [--threads N] [--qd N[,N...]]
+  bench [--dev NS] [--gpu I] [--seconds S] [--rounds R] [--threads N] [--qd N[,N...]]
         [--offset B --size B] [--only 'PATH WORKLOAD']... [--out FILE] [--json]
                                p2pdirect vs upstream sysfs P2PDMA vs bounce vs buffered;
-                               io_uring paths at each queue depth (default 1,4,16,32,64)";
+                               io_uring paths at each queue depth (default 1,4,16,32,64);
+                               each run repeated R times (default 3), the median kept";
 
 fn usage() -> ExitCode {
     eprintln!("{USAGE}");

@@ -124,13 +124,13 @@ impl OpenFile {
         registration::query(&self.regs.lock(), id)
     }
 
-    /// A place for one more io_uring command in flight (`EBUSY` past
-    /// `P2PDIRECT_URING_MAX_INFLIGHT`).
     /// The file's hint of the DMA device of its I/O target (see storage).
     pub(crate) fn dma_hint(&self) -> &SpinLock<Option<DmaHint>> {
         &self.dma_hint
     }
 
+    /// A place for one more io_uring command in flight (`EBUSY` past
+    /// `P2PDIRECT_URING_MAX_INFLIGHT`).
     pub(crate) fn uring_slot(&self) -> Result<UringSlot> {
         let max = crate::ffi::uapi::P2PDIRECT_URING_MAX_INFLIGHT;
         self.uring_inflight

@@ -663,12 +663,6 @@ impl IoFile {
         unsafe { BlockDevice::from_raw(bdev) }
     }
 
-    /// The leaves under the block device and the PCI functions doing
-    /// their DMA (one, unless the device is stacked: md, NVMe multipath).
-    pub(crate) fn dma_legs(&self) -> Result<KVec<DmaLeg>> {
-        self.bdev().dma_legs()
-    }
-
     /// Raw block devices: whether the cache work before a direct I/O of the
     /// range may wait (dirty pages to write back; for a WRITE, cached pages
     /// to drop).

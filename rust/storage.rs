@@ -40,7 +40,7 @@ use crate::{
     stats::{Bdf, IoRecord, Key, Pinned},
     sys::{
         bio::{self, AsyncBatch, AsyncOwner, Batch, BuildBios},
-        blkdev::BlockDevice,
+        blkdev::{BlockDevice, DmaDevices},
         fs::{AsyncRw, AsyncRwOwner, Issued},
         uring_cmd::{PendingCmd, TaskWork, UringCmd},
     },
@@ -587,11 +587,11 @@ fn plan(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Planned> {
     let reach = if cpu_path || lim.p2pdma == 0 || legs.len() == 0 {
         Err(None)
     } else {
-        legs.pcis().try_for_each(|p| {
+        legs.pcis().enumerate().try_for_each(|(i, p)| {
             let pci = PciFunction::from_pci(p);
             mem.pages
                 .reachable_by(&pci)
-                .map_err(|provider| Some((pci.addr(), provider)))
+                .map_err(|provider| Some((i, pci.addr(), provider)))
         })
     };
     if let Err(tried) = reach {
@@ -600,12 +600,10 @@ fn plan(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Planned> {
                 Legs::Walked(l) => l,
                 Legs::One(_) => KVec::new(),
             };
-            let (dma, provider) = tried.unwrap_or_default();
+            let (i, dma, provider) = tried.unwrap_or_default();
             let why = Unreachable {
                 tried: tried.is_some(),
-                leg: legs
-                    .iter()
-                    .find(|l| PciFunction::from_pci(&*l.pci).addr() == dma),
+                leg: legs.get(i),
                 dma,
                 provider,
             };
@@ -768,18 +766,20 @@ fn dma_legs(me: &OpenFile, file: &IoFile) -> Result<Legs> {
             return Ok(Legs::One(h.pci.clone()));
         }
     }
-    if let Some(pci) = bdev.dma_pci() {
-        let old = me.dma_hint().lock().replace(DmaHint {
-            id,
-            pci: pci.clone(),
-        });
-        // Outside the lock: the last reference of a removed device frees it.
-        drop(old);
-        return Ok(Legs::One(pci));
-    }
-    match file.dma_legs() {
+    match bdev.dma_devices() {
+        Ok(DmaDevices::Own(pci)) => {
+            let old = me.dma_hint().lock().replace(DmaHint {
+                id,
+                pci: pci.clone(),
+            });
+            // Outside the lock: the last reference of a removed device
+            // frees it.
+            drop(old);
+            Ok(Legs::One(pci))
+        }
+        Ok(DmaDevices::Legs(legs)) => Ok(Legs::Walked(legs)),
         Err(e) if e == ENOMEM => Err(e),
-        legs => Ok(Legs::Walked(legs.unwrap_or_default())),
+        Err(_) => Ok(Legs::Walked(KVec::new())),
     }
 }
 

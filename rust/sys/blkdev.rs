@@ -39,6 +39,15 @@ pub(crate) const MAX_LEGS: usize = 32;
 #[repr(transparent)]
 pub(crate) struct BlockDevice(Opaque<bindings::block_device>);
 
+/// The devices doing a block device's DMA (see
+/// [`BlockDevice::dma_devices`]).
+pub(crate) enum DmaDevices {
+    /// It sits on this PCI function itself.
+    Own(ARef<pci::Device>),
+    /// It is stacked: the leaves under it.
+    Legs(KVec<DmaLeg>),
+}
+
 /// One leaf under a block device: a block device that sits on a PCI
 /// controller, and that controller.
 pub(crate) struct DmaLeg {
@@ -74,7 +83,14 @@ impl BlockDevice {
     /// device's `dev_t` (a partition's own).
     pub(crate) fn identity(&self) -> (u64, u32) {
         // SAFETY: an open block device has a valid disk (type invariant).
-        unsafe { ((*(*self.0.get()).bd_disk).diskseq, (*self.0.get()).bd_dev) }
+        // `inc_diskseq()` may rewrite the sequence of a loop or nbd disk
+        // meanwhile: read once, as a whole.
+        unsafe {
+            (
+                core::ptr::read_volatile(&raw const (*(*self.0.get()).bd_disk).diskseq),
+                (*self.0.get()).bd_dev,
+            )
+        }
     }
 
     /// Whether the disk was deleted (`GD_DEAD`). Read without its lock: the
@@ -87,14 +103,20 @@ impl BlockDevice {
     }
 
     /// The PCI function doing this block device's DMA if it sits on one
-    /// itself; `None` for a stacked or deleted one (see
-    /// [`BlockDevice::dma_legs`]). A disk's parents never change while it
-    /// lives, so the answer holds for its [`identity`](Self::identity).
-    pub(crate) fn dma_pci(&self) -> Option<ARef<pci::Device>> {
-        match read_node(self.device()) {
-            Node::Pci(pci) => Some(pci),
-            Node::Dead | Node::Stacked(_) => None,
+    /// itself (a disk's parents never change while it lives, so that
+    /// holds for its [`identity`](Self::identity)), else its legs as
+    /// [`BlockDevice::dma_legs`] finds them: the device is read once.
+    pub(crate) fn dma_devices(&self) -> Result<DmaDevices> {
+        let dev = self.device();
+        let mut out = KVec::new();
+        match read_node(dev) {
+            Node::Pci(pci) => return Ok(DmaDevices::Own(pci)),
+            node => walk_node(dev, node, 0, &mut out)?,
         }
+        if out.is_empty() {
+            return Err(ENODEV);
+        }
+        Ok(DmaDevices::Legs(out))
     }
 
     /// The leaves under this block device and their PCI functions: itself
@@ -188,7 +210,12 @@ fn read_node(dev: &Device) -> Node {
 }
 
 fn walk(dev: &Device, depth: u32, out: &mut KVec<DmaLeg>) -> Result {
-    let dirs = match read_node(dev) {
+    walk_node(dev, read_node(dev), depth, out)
+}
+
+/// [`walk`] from `dev`, already read as `node`.
+fn walk_node(dev: &Device, node: Node, depth: u32, out: &mut KVec<DmaLeg>) -> Result {
+    let dirs = match node {
         // A deleted leg gets no more bios; the device itself is refused
         // when it has no live leg at all (`dma_legs`).
         Node::Dead => return Ok(()),

@@ -74,8 +74,8 @@ impl Args {
                 "--only" => a.only.push(val()?.clone()),
                 "--rounds" => {
                     let n: usize = val()?.parse().map_err(|_| "--rounds takes a number")?;
-                    if !(1..=15).contains(&n) {
-                        return Err("--rounds must be 1..15".into());
+                    if !(1..=15).contains(&n) || n.is_multiple_of(2) {
+                        return Err("--rounds must be odd, 1..15 (the median round is kept)".into());
                     }
                     a.rounds = Some(n)
                 }

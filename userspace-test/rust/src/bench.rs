@@ -702,61 +702,139 @@ fn upstream_uring<'a>(rs: &'a [Res], wl: &str) -> Option<&'a Res> {
         .max_by(|a, b| a.iops().total_cmp(&b.iops()))
 }
 
-fn ratios(rs: &[Res], threads: usize, qds: &[u32]) -> Vec<Ratio> {
-    let pair = |a: Option<&Res>, b: Option<&Res>, f: fn(&Res) -> f64| match (a, b) {
+/// Where the compared side of a ratio comes from.
+#[derive(Clone, Copy)]
+enum Side {
+    Path(Path),
+    /// The better of the upstream io_uring mappings ([`upstream_uring`]).
+    UpstreamUring,
+}
+
+fn side<'a>(rs: &'a [Res], side: Side, wl: &str) -> Option<&'a Res> {
+    match side {
+        Side::Path(p) => find(rs, p, wl),
+        Side::UpstreamUring => upstream_uring(rs, wl),
+    }
+}
+
+/// `f(a) / f(b)`, if both ran.
+fn pair(a: Option<&Res>, b: Option<&Res>, f: fn(&Res) -> f64) -> Option<f64> {
+    match (a, b) {
         (Some(a), Some(b)) if f(b) > 0.0 => Some(f(a) / f(b)),
         _ => None,
-    };
-    let mut v: Vec<Ratio> = vec![
+    }
+}
+
+fn ratios(rs: &[Res], threads: usize, qds: &[u32]) -> Vec<Ratio> {
+    use Side::{Path as P, UpstreamUring};
+    let (mib, iops, cpu): (fn(&Res) -> f64, _, _) = (Res::mib_s, Res::iops, Res::cpu_s_per_gib);
+    let t4 = |wl: &str| format!("{wl}-t{threads}");
+    // (a, its workload, b, its workload, metric, what it is, target, higher
+    // is better)
+    let pairs = [
         (
-            "seq-read-1M MiB/s: p2pdirect / odirect-ram".into(),
-            pair(
-                find(rs, Path::P2pdirect, "seq-read-1M"),
-                find(rs, Path::Ram, "seq-read-1M"),
-                Res::mib_s,
-            ),
+            P(Path::P2pdirect),
+            "seq-read-1M".to_string(),
+            P(Path::Ram),
+            "seq-read-1M".to_string(),
+            mib,
+            "MiB/s",
             0.95,
             true,
         ),
         (
-            "seq-read-1M CPU s/GiB: p2pdirect / bounce".into(),
-            pair(
-                find(rs, Path::P2pdirect, "seq-read-1M"),
-                find(rs, Path::Bounce, "seq-read-1M"),
-                Res::cpu_s_per_gib,
-            ),
+            P(Path::P2pdirect),
+            "seq-read-1M".into(),
+            P(Path::Bounce),
+            "seq-read-1M".into(),
+            cpu,
+            "CPU s/GiB",
             0.25,
             false,
         ),
-    ];
-    // The synchronous ioctls against the upstream sysfs path, 4 KiB reads.
-    let t = format!("-t{threads}");
-    for wl in ["seq-read-4K", "rand-read-4K"] {
-        for suffix in ["", t.as_str()] {
-            let wl = format!("{wl}{suffix}");
-            v.push((
-                format!("{wl} IOPS: p2pdirect / upstream-p2pmem"),
-                pair(
-                    find(rs, Path::P2pdirect, &wl),
-                    find(rs, Path::Upstream, &wl),
-                    Res::iops,
-                ),
-                1.0,
-                true,
-            ));
-        }
-    }
-    // io_uring: p2pdirect's commands against upstream's deep queue.
-    v.push((
-        "rand-read-4K-qd32 IOPS: p2pdirect-uring / upstream-uring".into(),
-        pair(
-            find(rs, Path::Uring, "rand-read-4K-qd32"),
-            upstream_uring(rs, "rand-read-4K-qd32"),
-            Res::iops,
+        // The synchronous ioctls against the upstream sysfs path, 4 KiB.
+        (
+            P(Path::P2pdirect),
+            "seq-read-4K".into(),
+            P(Path::Upstream),
+            "seq-read-4K".into(),
+            iops,
+            "IOPS",
+            1.0,
+            true,
         ),
-        1.2,
-        true,
-    ));
+        (
+            P(Path::P2pdirect),
+            t4("seq-read-4K"),
+            P(Path::Upstream),
+            t4("seq-read-4K"),
+            iops,
+            "IOPS",
+            1.0,
+            true,
+        ),
+        (
+            P(Path::P2pdirect),
+            "rand-read-4K".into(),
+            P(Path::Upstream),
+            "rand-read-4K".into(),
+            iops,
+            "IOPS",
+            1.0,
+            true,
+        ),
+        (
+            P(Path::P2pdirect),
+            t4("rand-read-4K"),
+            P(Path::Upstream),
+            t4("rand-read-4K"),
+            iops,
+            "IOPS",
+            1.0,
+            true,
+        ),
+        // io_uring: p2pdirect's commands against upstream's deep queue.
+        (
+            P(Path::Uring),
+            "rand-read-4K-qd32".into(),
+            UpstreamUring,
+            "rand-read-4K-qd32".into(),
+            iops,
+            "IOPS",
+            1.2,
+            true,
+        ),
+        (
+            P(Path::Uring),
+            "seq-read-1M-qd32".into(),
+            P(Path::Bounce),
+            "seq-read-1M".into(),
+            cpu,
+            "CPU s/GiB",
+            0.10,
+            false,
+        ),
+    ];
+    let name = |s: Side| match s {
+        Side::Path(p) => p.name(),
+        Side::UpstreamUring => "upstream-uring",
+    };
+    let mut v: Vec<Ratio> = pairs
+        .iter()
+        .map(|(a, wa, b, wb, f, unit, target, higher)| {
+            let b_wl = if wa == wb {
+                String::new()
+            } else {
+                format!(" {wb}")
+            };
+            (
+                format!("{wa} {unit}: {} / {}{b_wl}", name(*a), name(*b)),
+                pair(side(rs, *a, wa), side(rs, *b, wb), *f),
+                *target,
+                *higher,
+            )
+        })
+        .collect();
     let sweep: Vec<Option<f64>> = qds
         .iter()
         .flat_map(|qd| {
@@ -765,35 +843,22 @@ fn ratios(rs: &[Res], threads: usize, qds: &[u32]) -> Vec<Ratio> {
                 format!("seq-read-1M-qd{qd}"),
             ]
         })
-        .map(|wl| {
-            pair(
-                find(rs, Path::Uring, &wl),
-                upstream_uring(rs, &wl),
-                Res::iops,
-            )
-        })
+        .map(|wl| pair(find(rs, Path::Uring, &wl), upstream_uring(rs, &wl), iops))
         .collect();
     let worst = if sweep.iter().all(Option::is_some) {
         sweep.iter().flatten().copied().reduce(f64::min)
     } else {
         None
     };
-    v.push((
-        "every QD, 4K and 1M: p2pdirect-uring / upstream-uring (lowest)".into(),
-        worst,
-        1.0,
-        true,
-    ));
-    v.push((
-        "seq-read-1M-qd32 CPU s/GiB: p2pdirect-uring / bounce seq-read-1M".into(),
-        pair(
-            find(rs, Path::Uring, "seq-read-1M-qd32"),
-            find(rs, Path::Bounce, "seq-read-1M"),
-            Res::cpu_s_per_gib,
+    v.insert(
+        7,
+        (
+            "every QD, 4K and 1M: p2pdirect-uring / upstream-uring (lowest)".into(),
+            worst,
+            1.0,
+            true,
         ),
-        0.10,
-        false,
-    ));
+    );
     v
 }
 

@@ -10,17 +10,15 @@
 pub(crate) mod uapi;
 
 pub(crate) use crate::sys::blkdev::DmaLeg;
-use crate::sys::{
-    bio::{BioPages, DropInAnyContext},
-    blkdev::BlockDevice,
-};
+pub(crate) use crate::sys::gup::{user_addr_is_p2pdma, Pages};
+use crate::sys::{blkdev::BlockDevice, dma::DmaMapping};
 
 use core::ptr::NonNull;
 use kernel::{
     bindings,
     fs::File,
     mm::virt::VmaNew,
-    page::{BorrowedPage, PAGE_SIZE},
+    page::PAGE_SIZE,
     pci,
     prelude::*,
     sync::aref::ARef,
@@ -28,108 +26,7 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
-// The shim takes pointers to C structs that bindgen renders with opaque
-// members (`pci_dev` embeds one); only the pointers cross, never the layout.
-#[allow(improper_ctypes)]
-mod shim {
-    use kernel::bindings::{address_space, block_device, file, page, pci_dev, vm_area_struct};
-    use kernel::ffi::{c_int, c_void};
-
-    extern "C" {
-        pub(super) fn p2pdirect_ratelimit() -> bool;
-        pub(super) fn p2pdirect_p2pdma_add_bar(pdev: *mut pci_dev, bar: c_int) -> c_int;
-        pub(super) fn p2pdirect_p2pmem_alloc(pdev: *mut pci_dev, size: usize) -> *mut c_void;
-        pub(super) fn p2pdirect_p2pmem_free(pdev: *mut pci_dev, addr: *mut c_void, size: usize);
-        pub(super) fn p2pdirect_p2pmem_bus_addr(pdev: *mut pci_dev, addr: *mut c_void) -> u64;
-        pub(super) fn p2pdirect_p2pdma_distance(
-            provider: *mut pci_dev,
-            client: *mut pci_dev,
-        ) -> c_int;
-        pub(super) fn p2pdirect_pci_addr(pdev: *mut pci_dev) -> u32;
-        pub(super) fn p2pdirect_bar_is_mem(pdev: *mut pci_dev, bar: c_int) -> bool;
-        pub(super) fn p2pdirect_next_nvme(prev: *mut pci_dev) -> *mut pci_dev;
-        pub(super) fn p2pdirect_pci_dev_put(pdev: *mut pci_dev);
-        pub(super) fn p2pdirect_pci_dev_get(pdev: *mut pci_dev) -> *mut pci_dev;
-        pub(super) fn p2pdirect_pages_hold(kaddr: *mut c_void, len: usize);
-        pub(super) fn p2pdirect_pages_release(kaddr: *mut c_void, len: usize) -> bool;
-        pub(super) fn p2pdirect_zero(kaddr: *mut c_void, len: usize);
-        pub(super) fn p2pdirect_mapping_put(mapping: *mut address_space);
-        pub(super) fn p2pdirect_vm_insert_one(
-            vma: *mut vm_area_struct,
-            addr: kernel::ffi::c_ulong,
-            kaddr: *mut c_void,
-        ) -> c_int;
-        pub(super) fn p2pdirect_pin_within(
-            pin: *mut c_void,
-            kaddr: *mut c_void,
-            len: usize,
-        ) -> bool;
-        pub(super) fn p2pdirect_rw_verify(f: *mut file, pos: u64, len: u64, write: bool) -> c_int;
-        pub(super) fn p2pdirect_fsnotify(f: *mut file, write: bool);
-        pub(super) fn p2pdirect_dio_falls_back(f: *mut file) -> bool;
-        pub(super) fn p2pdirect_file_mapping(file: *mut file) -> *mut address_space;
-        pub(super) fn p2pdirect_unmap_mapping(mapping: *mut address_space, off: i64, len: i64);
-        pub(super) fn p2pdirect_vma_pgoff(vma: *mut vm_area_struct) -> kernel::ffi::c_ulong;
-        pub(super) fn p2pdirect_msleep(ms: kernel::ffi::c_uint);
-        pub(super) fn p2pdirect_vma_may_share(vma: *mut vm_area_struct) -> bool;
-        pub(super) fn p2pdirect_next_published(prev: *mut pci_dev) -> *mut pci_dev;
-        pub(super) fn p2pdirect_has_published_p2pmem(pdev: *mut pci_dev) -> bool;
-        pub(super) fn p2pdirect_user_addr_is_p2pdma(addr: u64) -> c_int;
-        pub(super) fn p2pdirect_pin_user(addr: u64, len: u64, write: bool) -> *mut c_void;
-        pub(super) fn p2pdirect_pin_is_p2pdma(pin: *mut c_void) -> bool;
-        pub(super) fn p2pdirect_pin_dma_map(pin: *mut c_void, pdev: *mut pci_dev) -> c_int;
-        pub(super) fn p2pdirect_pin_dma_segs(
-            pin: *mut c_void,
-            addr: *mut u64,
-            len: *mut u64,
-            max: kernel::ffi::c_uint,
-        ) -> kernel::ffi::c_uint;
-        pub(super) fn p2pdirect_pin_dma_unmap(pin: *mut c_void);
-        pub(super) fn p2pdirect_unpin(pin: *mut c_void);
-        pub(super) fn p2pdirect_file_bdev(file: *mut file) -> *mut block_device;
-        pub(super) fn p2pdirect_pin_get(pin: *mut c_void) -> *mut c_void;
-        pub(super) fn p2pdirect_pin_bounce(len: u64) -> *mut c_void;
-        pub(super) fn p2pdirect_pin_len(pin: *mut c_void) -> u64;
-        pub(super) fn p2pdirect_pin_offset(pin: *mut c_void) -> kernel::ffi::c_uint;
-        pub(super) fn p2pdirect_pin_page(
-            pin: *mut c_void,
-            off: u64,
-            in_page: *mut kernel::ffi::c_uint,
-        ) -> *mut page;
-        pub(super) fn p2pdirect_pin_provider(pin: *mut c_void) -> u32;
-        pub(super) fn p2pdirect_pin_copy(
-            dst: *mut c_void,
-            dst_off: u64,
-            src: *mut c_void,
-            src_off: u64,
-            len: u64,
-        );
-        pub(super) fn p2pdirect_pin_reachable(
-            pin: *mut c_void,
-            pdev: *mut pci_dev,
-            provider: *mut u32,
-        ) -> bool;
-        pub(super) fn p2pdirect_io_fget(fd: c_int, write: bool, is_bdev: *mut bool) -> *mut file;
-        pub(super) fn p2pdirect_io_limits(f: *mut file, l: *mut super::Limits);
-        pub(super) fn p2pdirect_io_bdev(f: *mut file) -> *mut block_device;
-        pub(super) fn p2pdirect_bdev_cache_busy(
-            f: *mut file,
-            pos: u64,
-            len: u64,
-            write: bool,
-        ) -> bool;
-        pub(super) fn p2pdirect_pins_exit();
-        pub(super) fn p2pdirect_bdev_sync(f: *mut file, pos: u64, len: u64) -> c_int;
-        pub(super) fn p2pdirect_bdev_invalidate(f: *mut file, pos: u64, len: u64);
-        pub(super) fn p2pdirect_file_hole_bytes(f: *mut file, pos: u64, len: u64) -> i64;
-        pub(super) fn p2pdirect_bar_of_bus_addr(
-            pdev: *mut pci_dev,
-            bus: u64,
-            start: *mut u64,
-            len: *mut u64,
-        ) -> c_int;
-    }
-}
+use crate::sys::c as shim;
 
 kernel::sync::global_lock! {
     // SAFETY: `Globals::init` initialises it first thing in module init,
@@ -177,9 +74,6 @@ impl Globals {
 
 impl Drop for Globals {
     fn drop(&mut self) {
-        // SAFETY: the last pin went with the misc device and the providers
-        // (dropped before the globals); this waits for their deferred frees.
-        unsafe { shim::p2pdirect_pins_exit() };
         // Statics are never dropped: free the buffers here.
         drop(core::mem::replace(
             &mut *STATS.lock(),
@@ -251,6 +145,13 @@ impl PciFunction {
         unsafe { shim::p2pdirect_pci_dev_get(raw.as_ptr()) };
         // INVARIANT: the reference taken just above.
         Self(raw)
+    }
+
+    /// The function as the kernel crate's PCI device.
+    pub(crate) fn as_pci(&self) -> &pci::Device {
+        // SAFETY: the pci_dev is valid while `self` holds its reference (type
+        // invariant); `pci::Device` is a transparent wrapper of it.
+        unsafe { self.0.cast::<pci::Device>().as_ref() }
     }
 
     /// Identifies the function while it is referenced (its `struct pci_dev`),
@@ -393,229 +294,67 @@ fn ptr_or_err<T>(p: *mut T) -> Result<NonNull<T>> {
     NonNull::new(p).ok_or(ENOMEM)
 }
 
-/// Whether the page at user address `addr` of the calling process is
-/// P2PDMA memory; `EFAULT` if it is not mapped.
-pub(crate) fn user_addr_is_p2pdma(addr: u64) -> Result<bool> {
-    // SAFETY: pins and unpins one page of the current process.
-    let r = unsafe { shim::p2pdirect_user_addr_is_p2pdma(addr) };
-    kernel::error::to_result(r.min(0))?;
-    Ok(r == 1)
-}
-
 /// Pinned pages of a user range of the calling process, optionally mapped
-/// for one DMA device.
-///
-/// # Invariants
-///
-/// `0` is a `struct p2pdirect_pin` from `p2pdirect_pin_user`, owned here
-/// and released only by `Drop`.
-pub(crate) struct UserPin(NonNull<kernel::ffi::c_void>);
-
-// SAFETY: the pin is plain kernel memory; pages may be unpinned from any thread.
-unsafe impl Send for UserPin {}
+/// for one DMA device (a peer-memory client's range).
+pub(crate) struct UserPin {
+    pages: Pages,
+    dma: Option<DmaMapping>,
+}
 
 impl UserPin {
     /// Pins `[addr, addr + len)` (P2PDMA pages allowed).
     pub(crate) fn new(addr: u64, len: u64, write: bool) -> Result<Self> {
-        // SAFETY: pins pages of the current process; returns a pin or ERR_PTR.
-        let p = unsafe { shim::p2pdirect_pin_user(addr, len, write) };
-        // INVARIANT: a fresh pin, owned by the new value.
-        Ok(Self(ptr_or_err(p)?))
+        Ok(Self {
+            pages: Pages::pin_user(addr, len, write)?,
+            dma: None,
+        })
     }
 
     /// Whether every pinned page is P2PDMA memory.
     pub(crate) fn is_p2pdma(&self) -> bool {
-        // SAFETY: the pin is valid by the type invariant.
-        unsafe { shim::p2pdirect_pin_is_p2pdma(self.0.as_ptr()) }
+        self.pages.is_p2pdma()
     }
 
-    /// Maps the pages for DMA by `dev`; `EREMOTEIO` if it cannot reach them.
+    /// Maps the pages for DMA by `dev`; `EBUSY` if they are mapped already,
+    /// `EREMOTEIO` if it cannot reach them.
     pub(crate) fn dma_map(&mut self, dev: &PciFunction) -> Result {
-        // SAFETY: the pin and the device are valid.
-        kernel::error::to_result(unsafe {
-            shim::p2pdirect_pin_dma_map(self.0.as_ptr(), dev.0.as_ptr())
-        })
+        if self.dma.is_some() {
+            return Err(EBUSY);
+        }
+        self.dma = Some(DmaMapping::new(&self.pages, dev.as_pci().as_ref())?);
+        Ok(())
     }
 
-    /// The DMA segments of the current mapping.
+    /// The DMA segments of the current mapping (none if unmapped).
     pub(crate) fn dma_segs(&self) -> Result<KVec<crate::peer_mem::DmaSeg>> {
-        // SAFETY: counting only (max 0), on a valid pin.
-        let n = unsafe {
-            shim::p2pdirect_pin_dma_segs(
-                self.0.as_ptr(),
-                core::ptr::null_mut(),
-                core::ptr::null_mut(),
-                0,
-            )
-        } as usize;
-        let mut addr = KVec::from_elem(0u64, n, GFP_KERNEL)?;
-        let mut len = KVec::from_elem(0u64, n, GFP_KERNEL)?;
-        // SAFETY: both arrays hold `n` entries, the `max` passed.
-        unsafe {
-            shim::p2pdirect_pin_dma_segs(
-                self.0.as_ptr(),
-                addr.as_mut_ptr(),
-                len.as_mut_ptr(),
-                n as u32,
-            )
-        };
-        let mut out = KVec::with_capacity(n, GFP_KERNEL)?;
-        for (a, l) in addr.iter().zip(len.iter()) {
-            out.push(crate::peer_mem::DmaSeg { addr: *a, len: *l }, GFP_KERNEL)?;
+        let mut out = KVec::new();
+        for (addr, len) in self.dma.iter().flat_map(DmaMapping::segments) {
+            out.push(crate::peer_mem::DmaSeg { addr, len }, GFP_KERNEL)?;
         }
         Ok(out)
     }
 
+    /// Undoes `dma_map`.
+    pub(crate) fn dma_unmap(&mut self) {
+        self.dma = None;
+    }
+
     /// Whether every pinned page lies in `len` bytes of `mem` from `off`.
     pub(crate) fn within(&self, mem: &P2pMem, off: usize, len: usize) -> bool {
-        let Ok(p) = mem.range(off, len) else {
-            return false;
-        };
-        // SAFETY: the pin is valid; `p..p + len` lies in `mem` (checked).
-        unsafe { shim::p2pdirect_pin_within(self.0.as_ptr(), p, len) }
+        mem.phys(off)
+            .is_some_and(|phys| self.pages.all_within(phys, len as u64))
     }
 
-    /// Undoes `dma_map` (nothing if not mapped).
-    pub(crate) fn dma_unmap(&mut self) {
-        // SAFETY: the pin is valid; unmapping an unmapped pin is a no-op.
-        unsafe { shim::p2pdirect_pin_dma_unmap(self.0.as_ptr()) };
-    }
-}
-
-impl Drop for UserPin {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant we own the pin; this drops our
-        // reference once (I/O may hold others, see `PinRef`).
-        unsafe { shim::p2pdirect_unpin(self.0.as_ptr()) };
-    }
-}
-
-impl UserPin {
     /// Another reference to the pinned pages, for I/O: the pages stay
     /// pinned until every reference is gone.
-    pub(crate) fn share(&self) -> PinRef {
-        // SAFETY: the pin is valid by the type invariant; this takes a reference.
-        unsafe { shim::p2pdirect_pin_get(self.0.as_ptr()) };
-        // INVARIANT: `p2pdirect_pin_get` took the reference the new value owns.
-        PinRef(self.0)
+    pub(crate) fn share(&self) -> Pages {
+        self.pages.clone()
     }
 }
 
-/// A reference to pinned (or bounce) pages that I/O reads or writes.
-///
-/// # Invariants
-///
-/// `0` is a `struct p2pdirect_pin` on which this value owns one reference;
-/// the pages stay valid (pinned or allocated) while it lives.
-pub(crate) struct PinRef(NonNull<kernel::ffi::c_void>);
-
-// SAFETY: the pin is refcounted kernel memory, dropped from any thread.
-unsafe impl Send for PinRef {}
-// SAFETY: shared use only reads the pin's page array, which never changes.
-unsafe impl Sync for PinRef {}
-
-impl PinRef {
-    /// `len` bytes of zeroed host memory (the COMPAT bounce buffer).
-    pub(crate) fn bounce(len: u64) -> Result<Self> {
-        // SAFETY: allocates pages; returns a pin with one reference, or ERR_PTR.
-        let p = unsafe { shim::p2pdirect_pin_bounce(len) };
-        // INVARIANT: a fresh pin, its one reference owned here.
-        Ok(Self(ptr_or_err(p)?))
-    }
-
-    /// Bytes of the range.
-    pub(crate) fn len(&self) -> u64 {
-        // SAFETY: the pin is valid by the type invariant.
-        unsafe { shim::p2pdirect_pin_len(self.0.as_ptr()) }
-    }
-
-    /// The PCI address of the provider of the first page (0: host memory).
-    pub(crate) fn provider(&self) -> u32 {
-        // SAFETY: the pin is valid by the type invariant.
-        unsafe { shim::p2pdirect_pin_provider(self.0.as_ptr()) }
-    }
-
-    /// Offset of the range in its first page.
-    pub(crate) fn page_offset(&self) -> u64 {
-        // SAFETY: the pin is valid by the type invariant.
-        u64::from(unsafe { shim::p2pdirect_pin_offset(self.0.as_ptr()) })
-    }
-
-    /// Copies `len` bytes from `src` at `src_off` to `self` at `off` with
-    /// the CPU; `EINVAL` if a range is not inside its pin.
-    pub(crate) fn copy_from(&self, off: u64, src: &PinRef, src_off: u64, len: u64) -> Result {
-        let fits = |p: &PinRef, o: u64| o.checked_add(len).is_some_and(|e| e <= p.len());
-        if !fits(self, off) || !fits(src, src_off) {
-            return Err(EINVAL);
-        }
-        // SAFETY: both pins are valid and both ranges lie inside them (checked).
-        unsafe { shim::p2pdirect_pin_copy(self.0.as_ptr(), off, src.0.as_ptr(), src_off, len) };
-        Ok(())
-    }
-
-    /// `Ok` if `dev` can DMA to every page; else `Err` with the PCI address
-    /// of the provider it cannot reach (0 if unknown).
-    pub(crate) fn reachable_by(&self, dev: &PciFunction) -> core::result::Result<(), u32> {
-        let mut provider = 0u32;
-        // SAFETY: the pin and the device are valid; the out pointer is our local.
-        let ok = unsafe {
-            shim::p2pdirect_pin_reachable(self.0.as_ptr(), dev.0.as_ptr(), &mut provider)
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(provider)
-        }
-    }
-}
-
-// SAFETY: the last reference unpins the pages (what the block layer's own
-// direct I/O does in bio completion), DMA-unmaps a pin that was mapped (an
-// I/O's pins never are) and frees the page array, by a work item where
-// vfree() may not run (`p2pdirect_kvfree_any`); no lock, no sleep.
-unsafe impl DropInAnyContext for PinRef {}
-
-impl BioPages for PinRef {
-    fn len(&self) -> u64 {
-        PinRef::len(self)
-    }
-
-    fn page_at(&self, off: u64) -> Option<(BorrowedPage<'_>, u32)> {
-        if off >= PinRef::len(self) {
-            return None;
-        }
-        let mut in_page = 0;
-        // SAFETY: the pin is valid (type invariant) and `off` inside it.
-        let page = unsafe { shim::p2pdirect_pin_page(self.0.as_ptr(), off, &mut in_page) };
-        // SAFETY: the pin holds the page (pinned or allocated) while it
-        // lives, so for as long as `self` is borrowed.
-        Some((
-            unsafe { BorrowedPage::from_raw(NonNull::new(page)?) },
-            in_page,
-        ))
-    }
-}
-
-impl Drop for PinRef {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant we own one reference; dropped once.
-        unsafe { shim::p2pdirect_unpin(self.0.as_ptr()) };
-    }
-}
-
-/// What the bio builder needs to know about a block device (mirrors the
-/// shim's `struct p2pdirect_limits`).
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Limits {
-    pub(crate) logical_block_size: u32,
-    pub(crate) max_bytes: u32,
-    pub(crate) max_segments: u32,
-    pub(crate) p2pdma: u32,
-    pub(crate) read_only: u32,
-    pub(crate) devt: u32,
-    pub(crate) size: u64,
-}
+/// What the bio builder needs to know about a block device (the shim's
+/// `struct p2pdirect_limits`, as bindgen declares it).
+pub(crate) type Limits = shim::p2pdirect_limits;
 
 /// The target of a READ or WRITE: a block device or a regular file with a
 /// block device below, open in the calling process with O_DIRECT.
@@ -707,14 +446,7 @@ impl IoFile {
 
     /// Files: an O_DIRECT read or write of `len` bytes at `pos` from or into
     /// `pin` at `off`, through the file system. Returns bytes moved.
-    pub(crate) fn rw(
-        &self,
-        pin: &PinRef,
-        off: u64,
-        len: u64,
-        pos: u64,
-        write: bool,
-    ) -> Result<u64> {
+    pub(crate) fn rw(&self, pin: &Pages, off: u64, len: u64, pos: u64, write: bool) -> Result<u64> {
         crate::sys::fs::rw_sync(&self.file, pin, off, len, pos, write)
     }
 
@@ -792,6 +524,13 @@ impl P2pMem {
         }
         // SAFETY: `off` is within the allocation (checked above).
         Ok(unsafe { self.kaddr.as_ptr().add(off) }.cast())
+    }
+
+    /// The physical address of byte `off` (`None` past the end).
+    pub(crate) fn phys(&self, off: usize) -> Option<u64> {
+        let p = self.range(off - off % PAGE_SIZE, 0).ok()?;
+        // SAFETY: `p` lies in this allocation, in the kernel's linear map.
+        Some(unsafe { shim::p2pdirect_virt_to_phys(p) } + (off % PAGE_SIZE) as u64)
     }
 
     /// Bytes of device memory held.

@@ -204,7 +204,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
     claim.get_pages(req.flags & uapi::P2PDIRECT_PROBE_WRITE != 0)?;
     let pages = claim.pages()?;
     for leg in others.iter().filter_map(|d| d.pci()) {
-        if pages.reachable_by(leg).is_err() {
+        if pages.reachable_by(leg.as_pci()).is_err() {
             if ffi::ratelimit() {
                 pr_info!(
                     "{} memory at {:#x} is not reachable by PCI device {:#x}, a leg of fd {} \

@@ -82,7 +82,7 @@ impl Context for PinContext {
         self.pin = None;
     }
 
-    fn pages(&self) -> Option<ffi::PinRef> {
+    fn pages(&self) -> Option<ffi::Pages> {
         self.pin.as_ref().map(UserPin::share)
     }
 

@@ -83,7 +83,7 @@ pub(crate) trait Context: Send {
     fn put_pages(&mut self);
     /// A reference to the pinned pages for I/O (`None` unless pinned); the
     /// pages stay pinned while it lives, even after `put_pages`.
-    fn pages(&self) -> Option<crate::ffi::PinRef>;
+    fn pages(&self) -> Option<crate::ffi::Pages>;
     /// For p2pdirect's own memory: the allocation the range lies in, so
     /// that freeing it can invalidate the claim.
     fn devmem_state(&self) -> Option<Arc<crate::devmem::AllocState>> {
@@ -146,7 +146,7 @@ impl Claim {
     }
 
     /// The pinned pages, for I/O; `EINVAL` before `get_pages`.
-    pub(crate) fn pages(&self) -> Result<crate::ffi::PinRef> {
+    pub(crate) fn pages(&self) -> Result<crate::ffi::Pages> {
         if !self.pinned {
             return Err(EINVAL);
         }
@@ -313,7 +313,7 @@ mod tests {
         fn put_pages(&mut self) {
             self.0 .0.fetch_add(PUT, Relaxed);
         }
-        fn pages(&self) -> Option<crate::ffi::PinRef> {
+        fn pages(&self) -> Option<crate::ffi::Pages> {
             None
         }
     }

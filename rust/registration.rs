@@ -51,7 +51,7 @@ impl RegEntry {
     /// The pinned pages, for I/O: `ESTALE` once invalidated. The reference
     /// keeps them pinned until the I/O is done, even if the registration is
     /// invalidated meanwhile (the memory returns to its provider only then).
-    pub(crate) fn pages(&self) -> Result<ffi::PinRef> {
+    pub(crate) fn pages(&self) -> Result<ffi::Pages> {
         match self.claim.lock().as_ref() {
             Some((claim, _, _)) => claim.pages(),
             None => Err(estale()),

@@ -35,7 +35,7 @@
 use crate::{
     chardev::{OpenFile, UringSlot},
     error::{eopnotsupp, eremoteio, refuse},
-    ffi::{self, uapi, DmaLeg, IoFile, Limits, PciFunction, PinRef},
+    ffi::{self, uapi, DmaLeg, IoFile, Limits, Pages, PciFunction},
     peer_mem::{self, UserRange},
     stats::{Bdf, IoRecord, Key, Pinned},
     sys::{
@@ -97,7 +97,7 @@ fn op_name(write: bool) -> &'static str {
 
 /// The memory side of an I/O: pinned pages and where the I/O starts in them.
 struct Memory {
-    pages: PinRef,
+    pages: Pages,
     offset: u64,
 }
 
@@ -241,7 +241,7 @@ struct UringIo {
 
 impl UringIo {
     /// The state of the checked transfer `d`, and its pages.
-    fn new(d: Direct, keys: &Keys, start: Instant<Monotonic>, slot: UringSlot) -> (Self, PinRef) {
+    fn new(d: Direct, keys: &Keys, start: Instant<Monotonic>, slot: UringSlot) -> (Self, Pages) {
         let Direct {
             file,
             lim,
@@ -309,7 +309,7 @@ fn to_task<W: TaskWork>(cmd: Option<PendingCmd>, io: KBox<W>) {
 }
 
 impl AsyncOwner for UringIo {
-    type Pages = PinRef;
+    type Pages = Pages;
     type Built = (u64, Option<Error>);
 
     fn bdev(&self) -> &BlockDevice {
@@ -402,7 +402,7 @@ fn submit_file(
 }
 
 impl AsyncRwOwner for UringIo {
-    type Pages = PinRef;
+    type Pages = Pages;
 
     fn file(&self) -> &File {
         self.file.file()
@@ -590,7 +590,7 @@ fn plan(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Planned> {
         legs.pcis().enumerate().try_for_each(|(i, p)| {
             let pci = PciFunction::from_pci(p);
             mem.pages
-                .reachable_by(&pci)
+                .reachable_by(pci.as_pci())
                 .map_err(|provider| Some((i, pci.addr(), provider)))
         })
     };
@@ -836,7 +836,7 @@ fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: 
 /// `len` bytes at `pos` of the file and at `off` of `pages`, one way.
 #[derive(Clone, Copy)]
 struct Span<'a> {
-    pages: &'a PinRef,
+    pages: &'a Pages,
     off: u64,
     pos: u64,
     len: u64,
@@ -997,7 +997,7 @@ fn bounce(
     req: &Request,
     len: u64,
 ) -> Result<(u64, u64)> {
-    let buf = PinRef::bounce(len.min(BOUNCE_CHUNK))?;
+    let buf = Pages::alloc_zeroed(len.min(BOUNCE_CHUNK))?;
     let (mut done, mut zeroed) = (0u64, 0u64);
     while done < len {
         let n = buf.len().min(len - done);

@@ -6,8 +6,25 @@
 
 pub(crate) mod bio;
 pub(crate) mod blkdev;
+pub(crate) mod dma;
 pub(crate) mod fs;
+pub(crate) mod gup;
 pub(crate) mod miscdev;
 pub(crate) mod pci_notify;
+pub(crate) mod pci_p2pdma;
 pub(crate) mod uring_cmd;
 pub(crate) mod vma;
+
+/// The C shim's functions (rust/ffi/shim.c, for what only C can reach:
+/// static inlines and macros), declared by bindgen at build time from
+/// rust/ffi/shim.h (see Kbuild).
+#[allow(
+    non_camel_case_types,
+    dead_code,
+    unreachable_pub,
+    improper_ctypes,
+    clippy::all
+)]
+pub(crate) mod c {
+    include!("ffi/shim_generated.rs");
+}

@@ -1,21 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * C shim of p2pdirect: the C APIs the kernel's Rust crate does not bind
- * (static inline functions, headers outside its bindings). Called only from
- * rust/ffi.rs, which declares these prototypes by hand and states the
- * invariants each call relies on.
+ * (static inline functions, macros, headers outside its bindings). Rust
+ * sees these functions through bindgen's declarations of shim.h; its
+ * wrappers state the invariants each call relies on.
  */
 #include <linux/bio.h>
 #include <linux/blkdev.h>
-#include <linux/highmem.h>
 #include <linux/io_uring/cmd.h>
-#include <linux/kref.h>
-#include <linux/llist.h>
 #include <linux/uio.h>
-#include <linux/vmalloc.h>
-#include <linux/workqueue.h>
 #include <linux/delay.h>
-#include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/fsnotify.h>
 #include <linux/swap.h>
@@ -24,7 +18,6 @@
 #include <linux/pagemap.h>
 #include <linux/pci-p2pdma.h>
 #include <linux/ratelimit.h>
-#include <linux/scatterlist.h>
 #include <linux/slab.h>
 
 #include "shim.h"
@@ -237,363 +230,32 @@ int p2pdirect_bar_of_bus_addr(struct pci_dev *pdev, u64 bus, u64 *start, u64 *le
 	return -ENOENT;
 }
 
-/* --- Peer-memory clients: pinning user ranges and mapping them for DMA ---- */
+/* --- Pages: the inline accessors rust/sys/gup.rs needs ------------------ */
 
-/*
- * Pinned pages of a user range, or (bounce) pages the module allocated.
- * Refcounted: I/O takes its own reference, so that a registration that is
- * invalidated during an I/O keeps its pages until the I/O is done.
- */
-struct p2pdirect_pin {
-	struct kref ref;
-	struct page **pages;
-	unsigned long npages;
-	unsigned int offset;	/* of the range in its first page */
-	u64 len;
-	bool kernel_pages;	/* allocated here (bounce), not pinned */
-	u32 provider;		/* PCI address of the BAR owner, once looked up */
-	u32 reach_ok;		/* PCI address of a device known to reach every page */
-	struct sg_table sgt;
-	struct device *dma_dev;	/* set while mapped */
-};
-
-/* 1 if the page at addr is P2PDMA memory, 0 if it is not, <0 on error. */
-int p2pdirect_user_addr_is_p2pdma(u64 addr)
+bool p2pdirect_page_is_p2pdma(struct page *page)
 {
-	struct page *page;
-	int ret;
-
-	ret = pin_user_pages_fast(addr & PAGE_MASK, 1, FOLL_PCI_P2PDMA, &page);
-	if (ret != 1)
-		return ret < 0 ? ret : -EFAULT;
-	ret = is_pci_p2pdma_page(page);
-	unpin_user_page(page);
-	return ret;
+	return is_pci_p2pdma_page(page);
 }
 
-/*
- * Pins [addr, addr + len) of current; ERR_PTR on failure. Not FOLL_LONGTERM:
- * GUP refuses it with FOLL_PCI_P2PDMA, so that the device's pgmap can always
- * be unplugged; long-lived users must drop their pins when invalidated.
- */
-struct p2pdirect_pin *p2pdirect_pin_user(u64 addr, u64 len, bool write)
+/* Identifies the page's pgmap (compared, never dereferenced). */
+const void *p2pdirect_page_pgmap(struct page *page)
 {
-	unsigned int gup = FOLL_PCI_P2PDMA | (write ? FOLL_WRITE : 0);
-	struct p2pdirect_pin *pin;
-	u64 first = addr & PAGE_MASK;
-	long pinned;
-
-	if (!len || addr + len < addr)
-		return ERR_PTR(-EINVAL);
-	pin = kzalloc_obj(*pin, GFP_KERNEL);
-	if (!pin)
-		return ERR_PTR(-ENOMEM);
-	kref_init(&pin->ref);
-	pin->npages = (PAGE_ALIGN(addr + len) - first) >> PAGE_SHIFT;
-	pin->offset = addr & ~PAGE_MASK;
-	pin->len = len;
-	pin->pages = kvmalloc_array(pin->npages, sizeof(*pin->pages), GFP_KERNEL);
-	if (!pin->pages) {
-		kfree(pin);
-		return ERR_PTR(-ENOMEM);
-	}
-	pinned = pin_user_pages_fast(first, pin->npages, gup, pin->pages);
-	if (pinned != pin->npages) {
-		if (pinned > 0)
-			unpin_user_pages(pin->pages, pinned);
-		kvfree(pin->pages);
-		kfree(pin);
-		return ERR_PTR(pinned < 0 ? pinned : -EFAULT);
-	}
-	return pin;
+	return page_pgmap(page);
 }
 
-bool p2pdirect_pin_is_p2pdma(struct p2pdirect_pin *pin)
+u64 p2pdirect_page_phys(struct page *page)
 {
-	unsigned long i;
-
-	for (i = 0; i < pin->npages; i++)
-		if (!is_pci_p2pdma_page(pin->pages[i]))
-			return false;
-	return true;
+	return page_to_phys(page);
 }
 
-/* Whether every pinned page lies in the len bytes of memory at kaddr. */
-bool p2pdirect_pin_within(struct p2pdirect_pin *pin, void *kaddr, size_t len)
+u64 p2pdirect_virt_to_phys(void *kaddr)
 {
-	phys_addr_t lo = virt_to_phys(kaddr);
-	unsigned long i;
-
-	for (i = 0; i < pin->npages; i++) {
-		phys_addr_t p = page_to_phys(pin->pages[i]);
-
-		if (pin->kernel_pages || p < lo || p - lo >= len)
-			return false;
-	}
-	return true;
+	return virt_to_phys(kaddr);
 }
 
-/* Maps the pinned pages for DMA by @pdev: -EREMOTEIO if it cannot reach them. */
-int p2pdirect_pin_dma_map(struct p2pdirect_pin *pin, struct pci_dev *pdev)
+int p2pdirect_pci_domain(struct pci_dev *pdev)
 {
-	int ret;
-
-	if (pin->dma_dev)
-		return -EBUSY;
-	ret = sg_alloc_table_from_pages(&pin->sgt, pin->pages, pin->npages, pin->offset,
-					pin->len, GFP_KERNEL);
-	if (ret)
-		return ret;
-	ret = dma_map_sgtable(&pdev->dev, &pin->sgt, DMA_BIDIRECTIONAL, 0);
-	if (ret) {
-		sg_free_table(&pin->sgt);
-		return ret;
-	}
-	pin->dma_dev = get_device(&pdev->dev);
-	return 0;
-}
-
-/* Copies up to @max DMA segments; returns how many there are. */
-unsigned int p2pdirect_pin_dma_segs(struct p2pdirect_pin *pin, u64 *addr, u64 *len,
-				    unsigned int max)
-{
-	struct scatterlist *sg;
-	unsigned int i, n = 0;
-
-	if (!pin->dma_dev)
-		return 0;
-	for_each_sgtable_dma_sg(&pin->sgt, sg, i) {
-		if (n < max) {
-			addr[n] = sg_dma_address(sg);
-			len[n] = sg_dma_len(sg);
-		}
-		n++;
-	}
-	return n;
-}
-
-void p2pdirect_pin_dma_unmap(struct p2pdirect_pin *pin)
-{
-	if (!pin->dma_dev)
-		return;
-	dma_unmap_sgtable(pin->dma_dev, &pin->sgt, DMA_BIDIRECTIONAL, 0);
-	sg_free_table(&pin->sgt);
-	put_device(pin->dma_dev);
-	pin->dma_dev = NULL;
-}
-
-/*
- * The last reference of an I/O's pin may go in a bio's completion (atomic
- * context, interrupts off on NVMe's timeout path), where vfree() must not
- * run: a vmalloc'ed page array is freed by a work item then, the array itself
- * holding the list node. p2pdirect_pins_exit() waits for it.
- */
-static LLIST_HEAD(p2pdirect_deferred);
-
-static void p2pdirect_deferred_free(struct work_struct *work)
-{
-	struct llist_node *n = llist_del_all(&p2pdirect_deferred), *next;
-
-	for (; n; n = next) {
-		next = n->next;
-		vfree(n);
-	}
-}
-
-static DECLARE_WORK(p2pdirect_deferred_work, p2pdirect_deferred_free);
-
-static void p2pdirect_kvfree_any(void *p)
-{
-	if (is_vmalloc_addr(p) && !preemptible()) {
-		if (llist_add(p, &p2pdirect_deferred))
-			schedule_work(&p2pdirect_deferred_work);
-		return;
-	}
-	kvfree(p);
-}
-
-void p2pdirect_pins_exit(void)
-{
-	flush_work(&p2pdirect_deferred_work);
-}
-
-static void p2pdirect_pin_free(struct kref *ref)
-{
-	struct p2pdirect_pin *pin = container_of(ref, struct p2pdirect_pin, ref);
-	unsigned long i;
-
-	p2pdirect_pin_dma_unmap(pin);
-	if (pin->kernel_pages) {
-		for (i = 0; i < pin->npages; i++)
-			if (pin->pages[i])
-				__free_page(pin->pages[i]);
-	} else {
-		unpin_user_pages(pin->pages, pin->npages);
-	}
-	p2pdirect_kvfree_any(pin->pages);
-	kfree(pin);
-}
-
-/* Drops a reference; the last one unmaps and unpins (or frees) the pages. */
-void p2pdirect_unpin(struct p2pdirect_pin *pin)
-{
-	kref_put(&pin->ref, p2pdirect_pin_free);
-}
-
-/* Another reference to @pin's pages (for I/O; never used to map). */
-struct p2pdirect_pin *p2pdirect_pin_get(struct p2pdirect_pin *pin)
-{
-	kref_get(&pin->ref);
-	return pin;
-}
-
-/* @len bytes of zeroed host memory, page by page: the COMPAT bounce buffer. */
-struct p2pdirect_pin *p2pdirect_pin_bounce(u64 len)
-{
-	struct p2pdirect_pin *pin;
-	unsigned long i;
-
-	if (!len)
-		return ERR_PTR(-EINVAL);
-	pin = kzalloc_obj(*pin, GFP_KERNEL);
-	if (!pin)
-		return ERR_PTR(-ENOMEM);
-	kref_init(&pin->ref);
-	pin->kernel_pages = true;
-	pin->npages = PAGE_ALIGN(len) >> PAGE_SHIFT;
-	pin->len = len;
-	pin->pages = kvcalloc(pin->npages, sizeof(*pin->pages), GFP_KERNEL);
-	if (!pin->pages) {
-		kfree(pin);
-		return ERR_PTR(-ENOMEM);
-	}
-	for (i = 0; i < pin->npages; i++) {
-		pin->pages[i] = alloc_page(GFP_KERNEL | __GFP_ZERO);
-		if (!pin->pages[i]) {
-			p2pdirect_unpin(pin);
-			return ERR_PTR(-ENOMEM);
-		}
-	}
-	return pin;
-}
-
-/* The page holding byte @off of the pinned range, and the offset in it. */
-struct page *p2pdirect_pin_page(struct p2pdirect_pin *pin, u64 off, unsigned int *in_page)
-{
-	u64 abs = pin->offset + off;
-
-	*in_page = abs & ~PAGE_MASK;
-	return pin->pages[abs >> PAGE_SHIFT];
-}
-
-/* Bytes of the pinned range. */
-u64 p2pdirect_pin_len(struct p2pdirect_pin *pin)
-{
-	return pin->len;
-}
-
-/* Offset of the range in its first page. */
-unsigned int p2pdirect_pin_offset(struct p2pdirect_pin *pin)
-{
-	return pin->offset;
-}
-
-/*
- * Copies @len bytes from @src at @src_off to @dst at @dst_off with the CPU
- * (the COMPAT bounce); both ranges must lie in their pins.
- */
-void p2pdirect_pin_copy(struct p2pdirect_pin *dst, u64 dst_off, struct p2pdirect_pin *src,
-			u64 src_off, u64 len)
-{
-	while (len) {
-		unsigned int doff, soff, n;
-		struct page *dp = p2pdirect_pin_page(dst, dst_off, &doff);
-		struct page *sp = p2pdirect_pin_page(src, src_off, &soff);
-		void *d, *s;
-
-		n = min3((u64)(PAGE_SIZE - doff), (u64)(PAGE_SIZE - soff), len);
-		d = kmap_local_page(dp);
-		s = kmap_local_page(sp);
-		memcpy(d + doff, s + soff, n);
-		kunmap_local(s);
-		kunmap_local(d);
-		dst_off += n;
-		src_off += n;
-		len -= n;
-	}
-}
-
-/* The PCI address of the device whose memory BAR holds @page, or 0. */
-static u32 page_owner(struct page *page)
-{
-	phys_addr_t phys = page_to_phys(page);
-	struct pci_dev *owner = NULL;
-	u32 addr = 0;
-
-	while ((owner = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, owner))) {
-		int bar;
-
-		for (bar = 0; bar < PCI_STD_NUM_BARS; bar++) {
-			struct resource *r = pci_resource_n(owner, bar);
-
-			if (resource_type(r) == IORESOURCE_MEM && phys >= r->start &&
-			    phys <= r->end)
-				addr = p2pdirect_pci_addr(owner);
-		}
-	}
-	return addr;
-}
-
-/* The PCI address of the provider of @pin's first page (0: not device memory). */
-u32 p2pdirect_pin_provider(struct p2pdirect_pin *pin)
-{
-	u32 p = READ_ONCE(pin->provider);
-
-	if (!p && !pin->kernel_pages && pin->npages) {
-		p = page_owner(pin->pages[0]);
-		WRITE_ONCE(pin->provider, p);
-	}
-	return p;
-}
-
-/*
- * Whether @pdev can DMA to every page of @pin: each P2PDMA provider the
- * range touches is test-mapped once for it. *provider gets the PCI address
- * of the BAR owner that failed (0 if none was found).
- */
-bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u32 *provider)
-{
-	struct dev_pagemap *last = NULL;
-	unsigned long i;
-
-	*provider = 0;
-	/*
-	 * The pages of a pin never change, so a registration pays for the
-	 * check once per DMA device (by PCI address: the same slot has the same
-	 * place in the topology), not on every I/O.
-	 */
-	if (READ_ONCE(pin->reach_ok) && READ_ONCE(pin->reach_ok) == p2pdirect_pci_addr(pdev))
-		return true;
-	for (i = 0; i < pin->npages; i++) {
-		struct page *page = pin->pages[i];
-		struct scatterlist sg;
-		struct sg_table sgt = { .sgl = &sg, .nents = 1, .orig_nents = 1 };
-
-		if (!is_pci_p2pdma_page(page))
-			return false;
-		if (page_pgmap(page) == last)
-			continue;
-		last = page_pgmap(page);
-		sg_init_table(&sg, 1);
-		sg_set_page(&sg, page, PAGE_SIZE, 0);
-		if (dma_map_sgtable(&pdev->dev, &sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC)) {
-			*provider = page_owner(page);
-			return false;
-		}
-		dma_unmap_sgtable(&pdev->dev, &sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
-	}
-	WRITE_ONCE(pin->reach_ok, p2pdirect_pci_addr(pdev));
-	return true;
+	return pci_domain_nr(pdev->bus);
 }
 
 /* The block device open as @file, or ERR_PTR(-ENOTBLK). */

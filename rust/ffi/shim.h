@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The C shim's functions, called from rust/ffi.rs (which repeats these
- * prototypes by hand in its extern block: keep the two in step).
+ * The C shim's functions. Kbuild runs bindgen over this header to declare
+ * them for Rust (rust/sys.rs, module `c`): nothing is declared twice.
  */
 #ifndef P2PDIRECT_SHIM_H
 #define P2PDIRECT_SHIM_H
@@ -9,8 +9,6 @@
 #include <linux/fs.h>
 #include <linux/mm_types.h>
 #include <linux/pci.h>
-
-struct p2pdirect_pin;
 
 /* What the bio builder needs to know about a block device. */
 struct p2pdirect_limits {
@@ -39,7 +37,6 @@ bool p2pdirect_pages_release(void *kaddr, size_t len);
 void p2pdirect_zero(void *kaddr, size_t len);
 void p2pdirect_mapping_put(struct address_space *mapping);
 int p2pdirect_vm_insert_one(struct vm_area_struct *vma, unsigned long addr, void *kaddr);
-bool p2pdirect_pin_within(struct p2pdirect_pin *pin, void *kaddr, size_t len);
 int p2pdirect_rw_verify(struct file *f, u64 pos, u64 len, bool write);
 void p2pdirect_fsnotify(struct file *f, bool write);
 bool p2pdirect_dio_falls_back(struct file *f);
@@ -51,25 +48,12 @@ bool p2pdirect_vma_may_share(struct vm_area_struct *vma);
 bool p2pdirect_has_published_p2pmem(struct pci_dev *pdev);
 struct pci_dev *p2pdirect_next_published(struct pci_dev *prev);
 int p2pdirect_bar_of_bus_addr(struct pci_dev *pdev, u64 bus, u64 *start, u64 *len);
-int p2pdirect_user_addr_is_p2pdma(u64 addr);
-struct p2pdirect_pin *p2pdirect_pin_user(u64 addr, u64 len, bool write);
-bool p2pdirect_pin_is_p2pdma(struct p2pdirect_pin *pin);
-int p2pdirect_pin_dma_map(struct p2pdirect_pin *pin, struct pci_dev *pdev);
-unsigned int p2pdirect_pin_dma_segs(struct p2pdirect_pin *pin, u64 *addr, u64 *len,
-				    unsigned int max);
-void p2pdirect_pin_dma_unmap(struct p2pdirect_pin *pin);
-void p2pdirect_unpin(struct p2pdirect_pin *pin);
-void p2pdirect_pins_exit(void);
-struct p2pdirect_pin *p2pdirect_pin_get(struct p2pdirect_pin *pin);
-struct p2pdirect_pin *p2pdirect_pin_bounce(u64 len);
-u64 p2pdirect_pin_len(struct p2pdirect_pin *pin);
-struct page *p2pdirect_pin_page(struct p2pdirect_pin *pin, u64 off, unsigned int *in_page);
-unsigned int p2pdirect_pin_offset(struct p2pdirect_pin *pin);
-u32 p2pdirect_pin_provider(struct p2pdirect_pin *pin);
-void p2pdirect_pin_copy(struct p2pdirect_pin *dst, u64 dst_off, struct p2pdirect_pin *src,
-			u64 src_off, u64 len);
-bool p2pdirect_pin_reachable(struct p2pdirect_pin *pin, struct pci_dev *pdev, u32 *provider);
 struct block_device *p2pdirect_file_bdev(struct file *file);
+bool p2pdirect_page_is_p2pdma(struct page *page);
+const void *p2pdirect_page_pgmap(struct page *page);
+u64 p2pdirect_page_phys(struct page *page);
+u64 p2pdirect_virt_to_phys(void *kaddr);
+int p2pdirect_pci_domain(struct pci_dev *pdev);
 
 struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev);
 void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l);

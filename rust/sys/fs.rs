@@ -20,23 +20,9 @@ use kernel::{bindings, fs::File, page::PAGE_SIZE, prelude::*, types::Opaque};
 
 use super::bio::{BioPages, DropInAnyContext};
 
-// What `include/linux/fs.h` offers only as static inlines (the shim).
-#[allow(improper_ctypes)]
-mod helpers {
-    use kernel::bindings::{file, kiocb};
-    use kernel::ffi::{c_int, c_long};
-
-    extern "C" {
-        pub(super) fn p2pdirect_kiocb_init(
-            k: *mut kiocb,
-            f: *mut file,
-            pos: i64,
-            complete: Option<unsafe extern "C" fn(*mut kiocb, c_long)>,
-            nowait: bool,
-        ) -> c_int;
-        pub(super) fn p2pdirect_kiocb_end_write(k: *mut kiocb);
-    }
-}
+// What the kernel offers only as static inlines and macros: the shim's
+// functions, as bindgen declares them (`super::c`).
+use super::c as helpers;
 
 /// The bvecs of bytes `[off, off + len)` of `pages`, one per page touched.
 ///

@@ -19,34 +19,9 @@ use kernel::{
     prelude::*,
 };
 
-// The C side of what `include/linux/io_uring/cmd.h` offers only as static
-// inlines and macros (the shim). Only pointers to the C structs cross, never
-// their layout (bindgen renders `struct file` with opaque members).
-#[allow(improper_ctypes)]
-mod helpers {
-    use kernel::bindings::{file, io_uring_cmd};
-    use kernel::ffi::{c_int, c_uint, c_void};
-
-    extern "C" {
-        pub(super) fn p2pdirect_uring_file(cmd: *mut io_uring_cmd) -> *mut file;
-        pub(super) fn p2pdirect_uring_op(cmd: *mut io_uring_cmd) -> u32;
-        pub(super) fn p2pdirect_uring_cmd_flags(cmd: *mut io_uring_cmd) -> u32;
-        pub(super) fn p2pdirect_uring_sqe_cmd(
-            cmd: *mut io_uring_cmd,
-            issue_flags: c_uint,
-        ) -> *const c_void;
-        pub(super) fn p2pdirect_uring_nonblock(issue_flags: c_uint) -> bool;
-        pub(super) fn p2pdirect_uring_cqe32(issue_flags: c_uint) -> bool;
-        pub(super) fn p2pdirect_uring_complete_in_task(
-            cmd: *mut io_uring_cmd,
-            cb: Option<unsafe extern "C" fn(*mut io_uring_cmd, *mut c_void, *mut u64) -> c_int>,
-            ctx: *mut c_void,
-            res: c_int,
-            res2: u64,
-            cqe32: bool,
-        );
-    }
-}
+// What the kernel offers only as static inlines and macros: the shim's
+// functions, as bindgen declares them (`super::c`).
+use super::c as helpers;
 
 /// Bytes of an SQE's command area with 128-byte SQEs.
 pub(crate) const SQE128_CMD_BYTES: usize = 80;

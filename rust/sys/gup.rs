@@ -1,0 +1,404 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Pages held for I/O: the pinned pages of a user range (P2PDMA memory
+//! allowed), or zeroed pages of host memory allocated here, shared by
+//! reference count.
+//!
+//! C header: [`include/linux/mm.h`](srctree/include/linux/mm.h)
+//!
+//! - [`Pages::pin_user`]: `pin_user_pages_fast(FOLL_PCI_P2PDMA)` over a
+//!   byte range of the calling process. Not `FOLL_LONGTERM` (GUP refuses it
+//!   with `FOLL_PCI_P2PDMA`, so that a device's pgmap can always be
+//!   unplugged): long-lived holders drop their pins when told to.
+//! - [`Pages::alloc_zeroed`]: whole pages of host memory.
+//! - [`Pages::clone`]: another reference; the last one unpins (or frees) the
+//!   pages in any context, as the block layer's direct I/O unpins in bio
+//!   completion.
+//! - [`Pages::reachable_by`]: whether a PCI function can DMA to every page,
+//!   found by a test mapping of each P2PDMA provider the range touches,
+//!   remembered per function.
+
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+};
+use kernel::{
+    bindings,
+    ffi::c_void,
+    page::{BorrowedPage, PAGE_SIZE},
+    pci,
+    prelude::*,
+    sync::Refcount,
+};
+
+use super::{
+    bio::{BioPages, DropInAnyContext},
+    c,
+    pci_p2pdma::{bar_owner, slot_key},
+};
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// How the pages were taken, and so how they are given back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// `pin_user_pages_fast`: unpinned.
+    User,
+    /// `alloc_page`: freed.
+    Allocated,
+}
+
+/// The shared state behind [`Pages`].
+///
+/// # Invariants
+///
+/// - `pages[..]` holds `pages.len()` valid page pointers, each pinned
+///   (`Source::User`) or allocated (`Source::Allocated`) by this value, and
+///   given back only when the last reference goes.
+/// - `offset < PAGE_SIZE` and `offset + len <= pages.len() * PAGE_SIZE`.
+struct Inner {
+    refs: Refcount,
+    pages: KVVec<*mut bindings::page>,
+    offset: u32,
+    len: u64,
+    source: Source,
+    /// PCI address of the function whose BAR holds the first page, once
+    /// looked up (0: not yet, or host memory).
+    provider: AtomicU32,
+    /// [`slot_key`] of a function known to reach every page, plus one (0:
+    /// none yet).
+    reach_ok: AtomicU64,
+}
+
+/// A reference to pages held for I/O.
+///
+/// # Invariants
+///
+/// `inner` points to an [`Inner`] allocated by [`Pages::from_inner`] on
+/// which this value owns one reference (`Inner::refs`); the last reference
+/// frees it.
+pub(crate) struct Pages {
+    inner: NonNull<Inner>,
+}
+
+// SAFETY: the pages are kernel memory held by reference count; `Inner` is
+// only read after construction (its atomics aside), and the last reference
+// may go on any thread.
+unsafe impl Send for Pages {}
+// SAFETY: as above: shared access only reads or uses atomics.
+unsafe impl Sync for Pages {}
+
+impl Pages {
+    fn from_inner(inner: Inner) -> Result<Self> {
+        let inner = KBox::new(inner, GFP_KERNEL)?;
+        // INVARIANT: a new allocation with one reference, owned here.
+        Ok(Self {
+            inner: NonNull::from(KBox::leak(inner)),
+        })
+    }
+
+    fn inner(&self) -> &Inner {
+        // SAFETY: the type invariant keeps `Inner` alive while `self` is.
+        unsafe { self.inner.as_ref() }
+    }
+
+    /// Pins `[addr, addr + len)` of the calling process, for writing into
+    /// when `write`; P2PDMA pages are allowed. `EINVAL` for an empty or
+    /// wrapping range, `EFAULT` if part of it is not mapped.
+    pub(crate) fn pin_user(addr: u64, len: u64, write: bool) -> Result<Self> {
+        let end = addr.checked_add(len).filter(|_| len > 0).ok_or(EINVAL)?;
+        let first = addr & !(PAGE - 1);
+        let npages = usize::try_from(end.div_ceil(PAGE) - first / PAGE).map_err(|_| EINVAL)?;
+        let nr = i32::try_from(npages).map_err(|_| EINVAL)?;
+        let mut pages = KVVec::<*mut bindings::page>::with_capacity(npages, GFP_KERNEL)?;
+        let mut gup = bindings::FOLL_PCI_P2PDMA;
+        if write {
+            gup |= bindings::FOLL_WRITE;
+        }
+        // SAFETY: `pages` has room for `npages` pointers; GUP pins pages of
+        // the current process's address space, which it locks itself.
+        let pinned =
+            unsafe { bindings::pin_user_pages_fast(first as usize, nr, gup, pages.as_mut_ptr()) };
+        let taken = usize::try_from(pinned).unwrap_or(0).min(npages);
+        // SAFETY: GUP filled the first `taken` entries.
+        unsafe { pages.inc_len(taken) };
+        if pinned < 0 || taken != npages {
+            // SAFETY: the `taken` pages were pinned just above.
+            unsafe { bindings::unpin_user_pages(pages.as_mut_ptr(), taken) };
+            return Err(if pinned < 0 {
+                Error::from_errno(pinned as i32)
+            } else {
+                EFAULT
+            });
+        }
+        // INVARIANT: every page pinned; the range lies in them.
+        Self::from_inner(Inner {
+            refs: Refcount::new(1),
+            pages,
+            offset: (addr - first) as u32,
+            len,
+            source: Source::User,
+            provider: AtomicU32::new(0),
+            reach_ok: AtomicU64::new(0),
+        })
+    }
+
+    /// `len` bytes of zeroed host memory, page by page.
+    pub(crate) fn alloc_zeroed(len: u64) -> Result<Self> {
+        if len == 0 {
+            return Err(EINVAL);
+        }
+        let npages = usize::try_from(len.div_ceil(PAGE)).map_err(|_| ENOMEM)?;
+        let mut pages = KVVec::<*mut bindings::page>::with_capacity(npages, GFP_KERNEL)?;
+        let mut this = Inner {
+            refs: Refcount::new(1),
+            pages: KVVec::new(),
+            offset: 0,
+            len,
+            source: Source::Allocated,
+            provider: AtomicU32::new(0),
+            reach_ok: AtomicU64::new(0),
+        };
+        for _ in 0..npages {
+            // SAFETY: plain page allocation.
+            let page =
+                unsafe { bindings::alloc_pages(bindings::GFP_KERNEL | bindings::__GFP_ZERO, 0) };
+            if page.is_null() {
+                this.pages = pages;
+                // `Inner`'s drop frees the pages taken so far.
+                return Err(ENOMEM);
+            }
+            // Cannot fail: the capacity was reserved.
+            let _ = pages.push(page, GFP_KERNEL);
+        }
+        this.pages = pages;
+        Self::from_inner(this)
+    }
+
+    /// Bytes of the range.
+    pub(crate) fn len(&self) -> u64 {
+        self.inner().len
+    }
+
+    /// Offset of the range in its first page.
+    pub(crate) fn page_offset(&self) -> u64 {
+        u64::from(self.inner().offset)
+    }
+
+    /// The page holding byte `off` of the range and that byte's offset in it.
+    fn page_and_offset(&self, off: u64) -> Option<(*mut bindings::page, u32)> {
+        let inner = self.inner();
+        if off >= inner.len {
+            return None;
+        }
+        let abs = u64::from(inner.offset) + off;
+        let page = *inner.pages.get(usize::try_from(abs / PAGE).ok()?)?;
+        Some((page, (abs % PAGE) as u32))
+    }
+
+    /// Whether every page is P2PDMA memory.
+    pub(crate) fn is_p2pdma(&self) -> bool {
+        // SAFETY: each page is held (type invariant of `Inner`).
+        self.inner()
+            .pages
+            .iter()
+            .all(|&p| unsafe { c::p2pdirect_page_is_p2pdma(p) })
+    }
+
+    /// Whether every page lies in physical memory `[phys, phys + len)`
+    /// (false for allocated pages).
+    pub(crate) fn all_within(&self, phys: u64, len: u64) -> bool {
+        let inner = self.inner();
+        inner.source == Source::User
+            && inner.pages.iter().all(|&p| {
+                // SAFETY: the page is held (type invariant of `Inner`).
+                let at = unsafe { c::p2pdirect_page_phys(p) };
+                at >= phys && at - phys < len
+            })
+    }
+
+    /// The PCI address (`P2PDIRECT_PCI_ADDR()`) of the function whose memory
+    /// BAR holds the first page; 0 for host memory.
+    pub(crate) fn provider(&self) -> u32 {
+        let inner = self.inner();
+        let cached = inner.provider.load(Ordering::Relaxed);
+        if cached != 0 || inner.source == Source::Allocated {
+            return cached;
+        }
+        let Some(&first) = inner.pages.first() else {
+            return 0;
+        };
+        // SAFETY: the page is held (type invariant of `Inner`).
+        let phys = unsafe { c::p2pdirect_page_phys(first) };
+        let found = bar_owner(phys).map_or(0, |owner| super::pci_p2pdma::pci_addr(&owner));
+        inner.provider.store(found, Ordering::Relaxed);
+        found
+    }
+
+    /// `Ok` if `dev` can DMA to every page; else `Err` with the PCI address
+    /// of the provider it cannot reach (0 if the page is not device memory
+    /// or its owner is unknown).
+    ///
+    /// Each P2PDMA provider the range touches is test-mapped once for `dev`.
+    /// The pages never change, so the answer is remembered for the last
+    /// function that passed (by its place in the topology, not its struct).
+    pub(crate) fn reachable_by(&self, dev: &pci::Device) -> core::result::Result<(), u32> {
+        let inner = self.inner();
+        let key = slot_key(dev) + 1;
+        if inner.reach_ok.load(Ordering::Relaxed) == key {
+            return Ok(());
+        }
+        let mut last: *const c_void = core::ptr::null();
+        for &page in inner.pages.iter() {
+            // SAFETY: the page is held (type invariant of `Inner`).
+            if !unsafe { c::p2pdirect_page_is_p2pdma(page) } {
+                return Err(0);
+            }
+            // SAFETY: as above; a P2PDMA page has a pgmap.
+            let pgmap = unsafe { c::p2pdirect_page_pgmap(page) };
+            if pgmap == last {
+                continue;
+            }
+            last = pgmap;
+            // SAFETY: the page is held while `self` lives.
+            if unsafe { super::dma::test_map_page(dev.as_ref(), page) }.is_err() {
+                // SAFETY: as above.
+                let phys = unsafe { c::p2pdirect_page_phys(page) };
+                return Err(bar_owner(phys).map_or(0, |o| super::pci_p2pdma::pci_addr(&o)));
+            }
+        }
+        inner.reach_ok.store(key, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to `self` at `off` with
+    /// the CPU; `EINVAL` if a range is not inside its pages.
+    ///
+    /// The caller keeps the destination bytes from being accessed meanwhile
+    /// (the I/O that owns them).
+    pub(crate) fn copy_from(&self, off: u64, src: &Pages, src_off: u64, len: u64) -> Result {
+        let fits = |p: &Pages, o: u64| o.checked_add(len).is_some_and(|e| e <= p.len());
+        if !fits(self, off) || !fits(src, src_off) {
+            return Err(EINVAL);
+        }
+        let mut done = 0u64;
+        while done < len {
+            let (dp, doff) = self.page_and_offset(off + done).ok_or(EINVAL)?;
+            let (sp, soff) = src.page_and_offset(src_off + done).ok_or(EINVAL)?;
+            let n = (PAGE - u64::from(doff))
+                .min(PAGE - u64::from(soff))
+                .min(len - done);
+            // SAFETY: both pages are held; each is mapped for the copy and
+            // unmapped in reverse order; `doff + n` and `soff + n` stay
+            // within their pages (n is bounded by both page ends).
+            unsafe {
+                let d = bindings::kmap_local_page(dp).cast::<u8>();
+                let s = bindings::kmap_local_page(sp).cast::<u8>();
+                core::ptr::copy_nonoverlapping(
+                    s.add(soff as usize),
+                    d.add(doff as usize),
+                    n as usize,
+                );
+                bindings::kunmap_local(s.cast());
+                bindings::kunmap_local(d.cast());
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The page pointers (for a scatter-gather table), the offset of the
+    /// range in the first page, and its length.
+    pub(crate) fn raw_parts(&self) -> (&[*mut bindings::page], u32, u64) {
+        let inner = self.inner();
+        (&inner.pages, inner.offset, inner.len)
+    }
+}
+
+impl Clone for Pages {
+    /// Another reference to the same pages.
+    fn clone(&self) -> Self {
+        self.inner().refs.inc();
+        // INVARIANT: the reference taken just above.
+        Self { inner: self.inner }
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        if !self.inner().refs.dec_and_test() {
+            return;
+        }
+        // SAFETY: the last reference: nothing else points to `Inner`, which
+        // `from_inner` allocated as a `KBox`.
+        let inner = unsafe { KBox::from_raw(self.inner.as_ptr()) };
+        drop(inner);
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        match self.source {
+            // SAFETY: the pages were pinned by this value (type invariant).
+            Source::User => unsafe {
+                bindings::unpin_user_pages(self.pages.as_mut_ptr(), self.pages.len())
+            },
+            Source::Allocated => {
+                for &p in self.pages.iter() {
+                    // SAFETY: allocated with `alloc_pages(.., 0)` by this value.
+                    unsafe { bindings::__free_pages(p, 0) };
+                }
+            }
+        }
+        // The array may be vmalloc'ed, and the last reference may go in a
+        // bio's completion (interrupts off on NVMe's timeout path), where
+        // vfree() must not run: a vmalloc'ed array goes to kvfree_rcu, which
+        // frees it from a work item, its first bytes (no longer needed)
+        // serving as the rcu_head. kmalloc'ed ones are freed here.
+        let pages = core::mem::take(&mut self.pages);
+        let (ptr, _, capacity) = pages.into_raw_parts();
+        if capacity == 0 {
+            return;
+        }
+        let ptr = ptr.cast::<c_void>();
+        // SAFETY: `ptr` came from a `KVVec`, so from kmalloc or vmalloc, and
+        // is freed once. A vmalloc'ed array is larger than a page, so it
+        // holds the `rcu_head` placed at its start; nothing reads the array
+        // any more.
+        unsafe {
+            if bindings::is_vmalloc_addr(ptr) {
+                bindings::kvfree_call_rcu(ptr.cast(), ptr);
+            } else {
+                bindings::kfree(ptr);
+            }
+        }
+    }
+}
+
+// SAFETY: the last reference unpins (`unpin_user_pages`, what direct I/O
+// does in bio completion) or frees the pages and frees the array with
+// `kfree`/`kvfree_call_rcu`: no sleep, only interrupt-safe locks.
+unsafe impl DropInAnyContext for Pages {}
+
+impl BioPages for Pages {
+    fn len(&self) -> u64 {
+        Pages::len(self)
+    }
+
+    fn page_at(&self, off: u64) -> Option<(BorrowedPage<'_>, u32)> {
+        let (page, in_page) = self.page_and_offset(off)?;
+        // SAFETY: the page is held while `self` lives, so for as long as the
+        // borrow.
+        Some((
+            unsafe { BorrowedPage::from_raw(NonNull::new(page)?) },
+            in_page,
+        ))
+    }
+}
+
+/// Whether the page at user address `addr` of the calling process is
+/// P2PDMA memory; `EFAULT` if it is not mapped.
+pub(crate) fn user_addr_is_p2pdma(addr: u64) -> Result<bool> {
+    let pages = Pages::pin_user(addr & !(PAGE - 1), 1, false)?;
+    Ok(pages.is_p2pdma())
+}

@@ -330,7 +330,7 @@ pub(crate) fn refresh_published() -> Result {
         }
         // One page tells which BAR the pool lives in; the owner may also
         // have handed out everything, and then there is nothing to offer.
-        let Ok(probe) = P2pMem::alloc(f.clone_ref(), PAGE_SIZE) else {
+        let Ok(probe) = P2pMem::alloc(f.aref(), PAGE_SIZE) else {
             continue;
         };
         let bus = probe.bus_addr(0);
@@ -654,7 +654,7 @@ impl Allocation {
                 }
                 // The owner's pool aligns to pages only: take enough to align within.
                 let total = usize::try_from(size + align - page).map_err(|_| ENOMEM)?;
-                let own = P2pMem::alloc(provider.pdev.clone_ref(), total)?;
+                let own = P2pMem::alloc(provider.pdev.aref(), total)?;
                 let first = own.bus_addr(0);
                 let skip = (first.next_multiple_of(align) - first) as usize;
                 own.hold(skip, size as usize)?;

@@ -11,14 +11,14 @@ pub(crate) mod uapi;
 
 pub(crate) use crate::sys::blkdev::DmaLeg;
 pub(crate) use crate::sys::gup::{user_addr_is_p2pdma, Pages};
-use crate::sys::{blkdev::BlockDevice, dma::DmaMapping};
+pub(crate) use crate::sys::pci_p2pdma::{add_bar as p2pdma_add_bar, bar_is_mem, P2pMem};
+use crate::sys::{blkdev::BlockDevice, dma::DmaMapping, pci_p2pdma};
 
 use core::ptr::NonNull;
 use kernel::{
     bindings,
     fs::File,
     mm::virt::VmaNew,
-    page::PAGE_SIZE,
     pci,
     prelude::*,
     sync::aref::ARef,
@@ -118,131 +118,68 @@ pub(crate) fn copy_slice_to_user<T: AsBytes>(arg: usize, values: &[T]) -> Result
     Ok(())
 }
 
-fn raw_pci<Ctx: kernel::device::DeviceContext>(dev: &pci::Device<Ctx>) -> *mut bindings::pci_dev {
-    // `pci::Device` is `#[repr(transparent)]` over `Opaque<bindings::pci_dev>`,
-    // so a reference to it points at the `struct pci_dev` itself.
-    core::ptr::from_ref(dev).cast_mut().cast()
-}
-
-/// A counted reference to a PCI function, kept by the C side's refcount.
-///
-/// # Invariants
-///
-/// `0` points to a valid `struct pci_dev` on which this value owns one reference.
-pub(crate) struct PciFunction(NonNull<bindings::pci_dev>);
-
-// SAFETY: a `struct pci_dev` reference may be taken and dropped on any thread.
-unsafe impl Send for PciFunction {}
-// SAFETY: the methods only read immutable identity or call thread-safe C.
-unsafe impl Sync for PciFunction {}
+/// A counted reference to a PCI function.
+pub(crate) struct PciFunction(ARef<pci::Device>);
 
 impl PciFunction {
-    /// Takes a reference on a bound PCI device.
-    pub(crate) fn from_pci<Ctx: kernel::device::DeviceContext>(dev: &pci::Device<Ctx>) -> Self {
-        // A `pci::Device` points at its `struct pci_dev` (see `raw_pci`).
-        let raw = NonNull::from(dev).cast::<bindings::pci_dev>();
-        // SAFETY: `dev` is a valid pci_dev for the duration of the call.
-        unsafe { shim::p2pdirect_pci_dev_get(raw.as_ptr()) };
-        // INVARIANT: the reference taken just above.
-        Self(raw)
+    /// Takes a reference on a PCI device.
+    pub(crate) fn from_pci(dev: &pci::Device) -> Self {
+        Self(dev.into())
     }
 
     /// The function as the kernel crate's PCI device.
     pub(crate) fn as_pci(&self) -> &pci::Device {
-        // SAFETY: the pci_dev is valid while `self` holds its reference (type
-        // invariant); `pci::Device` is a transparent wrapper of it.
-        unsafe { self.0.cast::<pci::Device>().as_ref() }
+        &self.0
+    }
+
+    /// Another counted reference, as the kernel crate's type.
+    pub(crate) fn aref(&self) -> ARef<pci::Device> {
+        self.0.clone()
     }
 
     /// Identifies the function while it is referenced (its `struct pci_dev`),
     /// as `sys::pci_notify` names devices.
     pub(crate) fn id(&self) -> usize {
-        self.0.as_ptr() as usize
+        core::ptr::from_ref::<pci::Device>(&self.0) as usize
     }
 
     /// The function's address, as `P2PDIRECT_PCI_ADDR()` encodes it.
     pub(crate) fn addr(&self) -> u32 {
-        // SAFETY: by the type invariant, the pci_dev is valid.
-        unsafe { shim::p2pdirect_pci_addr(self.0.as_ptr()) }
+        pci_p2pdma::pci_addr(&self.0)
     }
 
     /// The kernel's P2PDMA distance from this provider to `client`, or
     /// `None` when they cannot reach each other.
     pub(crate) fn p2p_distance(&self, client: &PciFunction) -> Option<u32> {
-        // SAFETY: both pci_devs are valid by the type invariant.
-        let d = unsafe { shim::p2pdirect_p2pdma_distance(self.0.as_ptr(), client.0.as_ptr()) };
-        u32::try_from(d).ok()
-    }
-
-    /// Another counted reference to the same function.
-    pub(crate) fn clone_ref(&self) -> Self {
-        // SAFETY: the pci_dev is valid by the type invariant.
-        unsafe { shim::p2pdirect_pci_dev_get(self.0.as_ptr()) };
-        // INVARIANT: the reference taken just above.
-        Self(self.0)
+        pci_p2pdma::distance(&self.0, &client.0)
     }
 
     /// Every NVMe controller present now.
     pub(crate) fn nvme_controllers() -> Result<KVec<PciFunction>> {
-        // SAFETY: `p2pdirect_next_nvme` follows the walker contract of `walk`.
-        unsafe { Self::walk(shim::p2pdirect_next_nvme) }
+        Self::wrap(pci_p2pdma::nvme_controllers()?)
     }
 
     /// Every function whose driver published P2PDMA memory (an NVMe CMB...).
     pub(crate) fn with_published_p2pmem() -> Result<KVec<PciFunction>> {
-        // SAFETY: `p2pdirect_next_published` follows the walker contract of `walk`.
-        unsafe { Self::walk(shim::p2pdirect_next_published) }
+        Self::wrap(pci_p2pdma::with_published_p2pmem()?)
     }
 
-    /// Collects the functions a C walker yields.
-    ///
-    /// # Safety
-    ///
-    /// `next(NULL)` starts the walk, `next(prev)` drops the reference on
-    /// `prev` and returns the next function with a new reference, or NULL at
-    /// the end (the `pci_get_device()` contract).
-    unsafe fn walk(
-        next: unsafe extern "C" fn(*mut bindings::pci_dev) -> *mut bindings::pci_dev,
-    ) -> Result<KVec<PciFunction>> {
-        let mut out = KVec::new();
-        let mut cur: *mut bindings::pci_dev = core::ptr::null_mut();
-        loop {
-            // SAFETY: `cur` is null or the previous result, whose reference
-            // this call consumes (the caller's contract on `next`).
-            cur = unsafe { next(cur) };
-            let Some(dev) = NonNull::new(cur) else { break };
-            // SAFETY: `dev` is valid; this takes the reference the list keeps.
-            unsafe { shim::p2pdirect_pci_dev_get(dev.as_ptr()) };
-            // INVARIANT: we own the reference taken just above.
-            if let Err(e) = out.push(PciFunction(dev), GFP_KERNEL) {
-                // SAFETY: drops the walk's reference to end it early.
-                unsafe { shim::p2pdirect_pci_dev_put(dev.as_ptr()) };
-                return Err(e.into());
-            }
+    fn wrap(devs: KVec<ARef<pci::Device>>) -> Result<KVec<PciFunction>> {
+        let mut out = KVec::with_capacity(devs.len(), GFP_KERNEL)?;
+        for d in devs {
+            out.push(Self(d), GFP_KERNEL)?;
         }
         Ok(out)
     }
 
     /// Whether the function's driver still publishes P2PDMA memory.
     pub(crate) fn has_published_p2pmem(&self) -> bool {
-        // SAFETY: the pci_dev is valid by the type invariant.
-        unsafe { shim::p2pdirect_has_published_p2pmem(self.0.as_ptr()) }
+        pci_p2pdma::has_published_p2pmem(&self.0)
     }
 
     /// The memory BAR holding bus address `bus`: (index, bus start, size).
     pub(crate) fn bar_of_bus_addr(&self, bus: u64) -> Option<(u32, u64, u64)> {
-        let (mut start, mut len) = (0u64, 0u64);
-        // SAFETY: the pci_dev is valid; the out pointers are to our locals.
-        let bar =
-            unsafe { shim::p2pdirect_bar_of_bus_addr(self.0.as_ptr(), bus, &mut start, &mut len) };
-        u32::try_from(bar).ok().map(|bar| (bar, start, len))
-    }
-}
-
-impl Drop for PciFunction {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant we own one reference.
-        unsafe { shim::p2pdirect_pci_dev_put(self.0.as_ptr()) };
+        pci_p2pdma::bar_of_bus_addr(&self.0, bus)
     }
 }
 
@@ -276,7 +213,7 @@ impl DmaDevice {
         let legs = bdev.dma_legs()?;
         let mut out = KVec::with_capacity(legs.len(), GFP_KERNEL)?;
         for leg in &legs {
-            out.push(Self(Some(PciFunction::from_pci(&*leg.pci))), GFP_KERNEL)?;
+            out.push(Self(Some(PciFunction::from_pci(&leg.pci))), GFP_KERNEL)?;
         }
         if out.is_empty() {
             return Err(ENODEV);
@@ -463,142 +400,6 @@ impl IoFile {
             return Err(Error::from_errno(r as i32));
         }
         Ok(r as u64)
-    }
-}
-
-/// Whether BAR `bar` of `dev` is a memory BAR.
-pub(crate) fn bar_is_mem(dev: &pci::Device<kernel::device::Core<'_>>, bar: u32) -> bool {
-    let Ok(bar) = i32::try_from(bar) else {
-        return false;
-    };
-    // SAFETY: `dev` is a valid, bound pci_dev.
-    unsafe { shim::p2pdirect_bar_is_mem(raw_pci(dev), bar) }
-}
-
-/// Registers all of BAR `bar` of `dev` as P2PDMA memory (device-managed: the
-/// kernel removes it when the driver unbinds).
-pub(crate) fn p2pdma_add_bar(dev: &pci::Device<kernel::device::Core<'_>>, bar: u32) -> Result {
-    let bar = i32::try_from(bar).map_err(|_| EINVAL)?;
-    // SAFETY: `dev` is bound to our driver (Core context), as devm requires.
-    kernel::error::to_result(unsafe { shim::p2pdirect_p2pdma_add_bar(raw_pci(dev), bar) })
-}
-
-/// All of a provider's P2PDMA memory, taken from its pool at once; p2pdirect
-/// carves allocations out of it.
-///
-/// # Invariants
-///
-/// `kaddr..kaddr + size` was returned by `pci_alloc_p2pmem(pdev, size)` and is
-/// freed only by `Drop`; `size` is a multiple of `PAGE_SIZE`. The page
-/// references taken by [`Self::hold`] are cleared before `Drop` (the owner,
-/// devmem, releases every range it holds first).
-pub(crate) struct P2pMem {
-    pdev: PciFunction,
-    kaddr: NonNull<u8>,
-    size: usize,
-}
-
-// SAFETY: the memory is device memory addressed by kernel virtual address; the
-// methods take explicit ranges and the owner serialises them under its lock.
-unsafe impl Send for P2pMem {}
-// SAFETY: as above.
-unsafe impl Sync for P2pMem {}
-
-impl P2pMem {
-    /// Takes `size` bytes (whole pages) from the P2PDMA pool of `pdev`.
-    pub(crate) fn alloc(pdev: PciFunction, size: usize) -> Result<Self> {
-        if size == 0 || size % PAGE_SIZE != 0 {
-            return Err(EINVAL);
-        }
-        // SAFETY: `pdev` is valid; a null return means no memory.
-        let raw = unsafe { shim::p2pdirect_p2pmem_alloc(pdev.0.as_ptr(), size) };
-        let kaddr = NonNull::new(raw.cast::<u8>()).ok_or(ENOMEM)?;
-        // INVARIANT: just allocated from the pool with this size.
-        Ok(Self { pdev, kaddr, size })
-    }
-
-    fn range(&self, off: usize, len: usize) -> Result<*mut kernel::ffi::c_void> {
-        let end = off.checked_add(len).ok_or(EINVAL)?;
-        if end > self.size || off % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
-            return Err(EINVAL);
-        }
-        // SAFETY: `off` is within the allocation (checked above).
-        Ok(unsafe { self.kaddr.as_ptr().add(off) }.cast())
-    }
-
-    /// The physical address of byte `off` (`None` past the end).
-    pub(crate) fn phys(&self, off: usize) -> Option<u64> {
-        let p = self.range(off - off % PAGE_SIZE, 0).ok()?;
-        // SAFETY: `p` lies in this allocation, in the kernel's linear map.
-        Some(unsafe { shim::p2pdirect_virt_to_phys(p) } + (off % PAGE_SIZE) as u64)
-    }
-
-    /// Bytes of device memory held.
-    pub(crate) fn size(&self) -> usize {
-        self.size
-    }
-
-    /// PCI bus address of byte `off`.
-    pub(crate) fn bus_addr(&self, off: usize) -> u64 {
-        let Ok(p) = self.range(off - off % PAGE_SIZE, 0) else {
-            return 0;
-        };
-        // SAFETY: `p` lies in memory allocated from this device's pool.
-        let page_bus = unsafe { shim::p2pdirect_p2pmem_bus_addr(self.pdev.0.as_ptr(), p) };
-        page_bus + (off % PAGE_SIZE) as u64
-    }
-
-    /// Takes p2pdirect's reference on the pages of a new allocation.
-    pub(crate) fn hold(&self, off: usize, len: usize) -> Result {
-        let p = self.range(off, len)?;
-        // SAFETY: the range is ours and, being newly carved, unreferenced.
-        unsafe { shim::p2pdirect_pages_hold(p, len) };
-        Ok(())
-    }
-
-    /// Drops p2pdirect's reference on an allocation's pages if nothing else
-    /// (a mapping, a pin) references them; `EBUSY` otherwise.
-    pub(crate) fn try_release(&self, off: usize, len: usize) -> Result {
-        let p = self.range(off, len)?;
-        // SAFETY: the range was passed to `hold` and is not yet released;
-        // each page's count goes from 1 (ours) to 0 atomically or not at
-        // all (`page_ref_freeze`), so a concurrent speculative reference
-        // cannot be lost.
-        if !unsafe { shim::p2pdirect_pages_release(p, len) } {
-            return Err(EBUSY);
-        }
-        Ok(())
-    }
-
-    /// Fills `len` bytes at `off` with zeros, through the CPU, in chunks
-    /// with rescheduling points (a large BAR takes a while).
-    pub(crate) fn zero(&self, off: usize, len: usize) {
-        if let Ok(p) = self.range(off, len) {
-            // SAFETY: `p..p + len` is this allocation's memory (checked),
-            // mapped in the kernel's address space by the P2PDMA core.
-            unsafe { shim::p2pdirect_zero(p, len) };
-        }
-    }
-
-    /// Maps the page at `off` where a fault on one of its mappings waits.
-    pub(crate) fn insert_page(&self, off: usize, slot: crate::sys::vma::FaultSlot<'_>) -> Result {
-        let p = self.range(off - off % PAGE_SIZE, PAGE_SIZE)?;
-        let (vma, addr) = slot.target();
-        // SAFETY: `vma` is faulting (the slot's invariant) and the page is
-        // this allocation's, which the caller keeps from going away.
-        kernel::error::to_result(unsafe {
-            shim::p2pdirect_vm_insert_one(vma, addr as kernel::ffi::c_ulong, p)
-        })
-    }
-}
-
-impl Drop for P2pMem {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant this is the allocation's one free, with
-        // the size it was allocated with, and no page reference remains.
-        unsafe {
-            shim::p2pdirect_p2pmem_free(self.pdev.0.as_ptr(), self.kaddr.as_ptr().cast(), self.size)
-        };
     }
 }
 

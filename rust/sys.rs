@@ -10,6 +10,7 @@ pub(crate) mod dma;
 pub(crate) mod fs;
 pub(crate) mod gup;
 pub(crate) mod miscdev;
+pub(crate) mod page_ref;
 pub(crate) mod pci_notify;
 pub(crate) mod pci_p2pdma;
 pub(crate) mod uring_cmd;

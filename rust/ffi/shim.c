@@ -18,6 +18,7 @@
 #include <linux/pagemap.h>
 #include <linux/pci-p2pdma.h>
 #include <linux/ratelimit.h>
+#include <linux/scatterlist.h>
 #include <linux/slab.h>
 
 #include "shim.h"
@@ -27,123 +28,6 @@ static DEFINE_RATELIMIT_STATE(p2pdirect_rs, 5 * HZ, 10);
 bool p2pdirect_ratelimit(void)
 {
 	return __ratelimit(&p2pdirect_rs);
-}
-
-/* --- PCI P2PDMA ---------------------------------------------------------- */
-
-int p2pdirect_p2pdma_add_bar(struct pci_dev *pdev, int bar)
-{
-	return pci_p2pdma_add_resource(pdev, bar, 0, 0);
-}
-
-void *p2pdirect_p2pmem_alloc(struct pci_dev *pdev, size_t size)
-{
-	return pci_alloc_p2pmem(pdev, size);
-}
-
-void p2pdirect_p2pmem_free(struct pci_dev *pdev, void *addr, size_t size)
-{
-	pci_free_p2pmem(pdev, addr, size);
-}
-
-u64 p2pdirect_p2pmem_bus_addr(struct pci_dev *pdev, void *addr)
-{
-	return pci_p2pmem_virt_to_bus(pdev, addr);
-}
-
-int p2pdirect_p2pdma_distance(struct pci_dev *provider, struct pci_dev *client)
-{
-	return pci_p2pdma_distance(provider, &client->dev, false);
-}
-
-u32 p2pdirect_pci_addr(struct pci_dev *pdev)
-{
-	return ((u32)pci_domain_nr(pdev->bus) << 16) | ((u32)pdev->bus->number << 8) |
-	       pdev->devfn;
-}
-
-bool p2pdirect_bar_is_mem(struct pci_dev *pdev, int bar)
-{
-	return !!(pci_resource_flags(pdev, bar) & IORESOURCE_MEM);
-}
-
-/*
- * Walks the NVMe controllers: NULL starts, the previous one continues (its
- * reference is dropped), NULL ends. The returned device holds a reference.
- */
-struct pci_dev *p2pdirect_next_nvme(struct pci_dev *prev)
-{
-	return pci_get_class(PCI_CLASS_STORAGE_EXPRESS, prev);
-}
-
-void p2pdirect_pci_dev_put(struct pci_dev *pdev)
-{
-	pci_dev_put(pdev);
-}
-
-struct pci_dev *p2pdirect_pci_dev_get(struct pci_dev *pdev)
-{
-	return pci_dev_get(pdev);
-}
-
-/* --- Pages of p2pdirect's allocations ------------------------------------ */
-
-/*
- * While an allocation lives, p2pdirect holds one reference on each of its
- * pages; mappings and pins add theirs on top. The reference is set and
- * cleared directly, never dropped with put_page(): a page reaching zero
- * through put_page() would be handed back to the P2PDMA pool page by page,
- * while the pool sees the whole BAR as p2pdirect's.
- */
-void p2pdirect_pages_hold(void *kaddr, size_t len)
-{
-	size_t off;
-
-	for (off = 0; off < len; off += PAGE_SIZE)
-		set_page_count(virt_to_page(kaddr + off), 1);
-}
-
-/*
- * Drops p2pdirect's reference on every page if nothing else references any
- * (false, with nothing changed, otherwise): each count goes from 1 to 0
- * atomically, so a concurrent speculative reference (lockless GUP) is never
- * lost.
- */
-bool p2pdirect_pages_release(void *kaddr, size_t len)
-{
-	size_t off;
-
-	for (off = 0; off < len; off += PAGE_SIZE) {
-		if (!page_ref_freeze(virt_to_page(kaddr + off), 1)) {
-			while (off) {
-				off -= PAGE_SIZE;
-				page_ref_unfreeze(virt_to_page(kaddr + off), 1);
-			}
-			return false;
-		}
-	}
-	return true;
-}
-
-/* Zeroes device memory, a chunk at a time, with rescheduling points. */
-void p2pdirect_zero(void *kaddr, size_t len)
-{
-	size_t off, n;
-
-	for (off = 0; off < len; off += n) {
-		n = min_t(size_t, len - off, SZ_1M);
-		memset_io((void __iomem *)(kaddr + off), 0, n);
-		cond_resched();
-	}
-}
-
-/* Maps the page of device memory at kaddr at addr of vma (a page fault). */
-int p2pdirect_vm_insert_one(struct vm_area_struct *vma, unsigned long addr, void *kaddr)
-{
-	int ret = vm_insert_page(vma, addr, virt_to_page(kaddr));
-
-	/* Another thread's fault mapped it first. */
-	return ret == -EBUSY ? 0 : ret;
 }
 
 /* The file's address space, holding a reference on its inode (its owner). */
@@ -182,54 +66,6 @@ bool p2pdirect_vma_may_share(struct vm_area_struct *vma)
 	return !!(vma->vm_flags & VM_MAYSHARE);
 }
 
-/*
- * Whether @pdev's driver published P2PDMA memory (pci_has_p2pmem() is private
- * to the PCI core): the published provider closest to a device is the device
- * itself, at distance 0, exactly when it published.
- */
-bool p2pdirect_has_published_p2pmem(struct pci_dev *pdev)
-{
-	struct device *client = &pdev->dev;
-	struct pci_dev *closest = pci_p2pmem_find_many(&client, 1);
-	bool published = closest == pdev;
-
-	pci_dev_put(closest);
-	return published;
-}
-
-/*
- * Walks the PCI functions whose P2PDMA memory their driver published (the
- * NVMe CMB, for one): NULL starts, the previous one continues (its reference
- * is dropped), NULL ends. The returned device holds a reference.
- */
-struct pci_dev *p2pdirect_next_published(struct pci_dev *prev)
-{
-	struct pci_dev *pdev = prev;
-
-	while ((pdev = pci_get_device(PCI_ANY_ID, PCI_ANY_ID, pdev)))
-		if (p2pdirect_has_published_p2pmem(pdev))
-			return pdev;
-	return NULL;
-}
-
-/* The memory BAR that holds bus address @bus: its index, bus start and size. */
-int p2pdirect_bar_of_bus_addr(struct pci_dev *pdev, u64 bus, u64 *start, u64 *len)
-{
-	int bar;
-
-	for (bar = 0; bar < PCI_STD_NUM_BARS; bar++) {
-		u64 s = pci_bus_address(pdev, bar), l = pci_resource_len(pdev, bar);
-
-		if ((pci_resource_flags(pdev, bar) & IORESOURCE_MEM) && l && bus >= s &&
-		    bus - s < l) {
-			*start = s;
-			*len = l;
-			return bar;
-		}
-	}
-	return -ENOENT;
-}
-
 /* --- Pages: the inline accessors rust/sys/gup.rs needs ------------------ */
 
 bool p2pdirect_page_is_p2pdma(struct page *page)
@@ -246,6 +82,37 @@ const void *p2pdirect_page_pgmap(struct page *page)
 u64 p2pdirect_page_phys(struct page *page)
 {
 	return page_to_phys(page);
+}
+
+void p2pdirect_sg_set_page(struct scatterlist *sg, struct page *page, unsigned int len,
+			   unsigned int offset)
+{
+	sg_set_page(sg, page, len, offset);
+}
+
+struct page *p2pdirect_virt_to_page(void *kaddr)
+{
+	return virt_to_page(kaddr);
+}
+
+void p2pdirect_page_ref_set(struct page *page, int v)
+{
+	set_page_count(page, v);
+}
+
+bool p2pdirect_page_ref_freeze(struct page *page, int count)
+{
+	return page_ref_freeze(page, count);
+}
+
+void p2pdirect_page_ref_unfreeze(struct page *page, int count)
+{
+	page_ref_unfreeze(page, count);
+}
+
+void p2pdirect_cond_resched(void)
+{
+	cond_resched();
 }
 
 u64 p2pdirect_virt_to_phys(void *kaddr)

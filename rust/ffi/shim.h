@@ -22,21 +22,7 @@ struct p2pdirect_limits {
 };
 
 bool p2pdirect_ratelimit(void);
-int p2pdirect_p2pdma_add_bar(struct pci_dev *pdev, int bar);
-void *p2pdirect_p2pmem_alloc(struct pci_dev *pdev, size_t size);
-void p2pdirect_p2pmem_free(struct pci_dev *pdev, void *addr, size_t size);
-u64 p2pdirect_p2pmem_bus_addr(struct pci_dev *pdev, void *addr);
-int p2pdirect_p2pdma_distance(struct pci_dev *provider, struct pci_dev *client);
-u32 p2pdirect_pci_addr(struct pci_dev *pdev);
-bool p2pdirect_bar_is_mem(struct pci_dev *pdev, int bar);
-struct pci_dev *p2pdirect_next_nvme(struct pci_dev *prev);
-void p2pdirect_pci_dev_put(struct pci_dev *pdev);
-struct pci_dev *p2pdirect_pci_dev_get(struct pci_dev *pdev);
-void p2pdirect_pages_hold(void *kaddr, size_t len);
-bool p2pdirect_pages_release(void *kaddr, size_t len);
-void p2pdirect_zero(void *kaddr, size_t len);
 void p2pdirect_mapping_put(struct address_space *mapping);
-int p2pdirect_vm_insert_one(struct vm_area_struct *vma, unsigned long addr, void *kaddr);
 int p2pdirect_rw_verify(struct file *f, u64 pos, u64 len, bool write);
 void p2pdirect_fsnotify(struct file *f, bool write);
 bool p2pdirect_dio_falls_back(struct file *f);
@@ -45,13 +31,18 @@ void p2pdirect_unmap_mapping(struct address_space *mapping, loff_t off, loff_t l
 unsigned long p2pdirect_vma_pgoff(struct vm_area_struct *vma);
 void p2pdirect_msleep(unsigned int ms);
 bool p2pdirect_vma_may_share(struct vm_area_struct *vma);
-bool p2pdirect_has_published_p2pmem(struct pci_dev *pdev);
-struct pci_dev *p2pdirect_next_published(struct pci_dev *prev);
-int p2pdirect_bar_of_bus_addr(struct pci_dev *pdev, u64 bus, u64 *start, u64 *len);
 struct block_device *p2pdirect_file_bdev(struct file *file);
 bool p2pdirect_page_is_p2pdma(struct page *page);
 const void *p2pdirect_page_pgmap(struct page *page);
 u64 p2pdirect_page_phys(struct page *page);
+struct scatterlist;
+void p2pdirect_sg_set_page(struct scatterlist *sg, struct page *page, unsigned int len,
+			   unsigned int offset);
+struct page *p2pdirect_virt_to_page(void *kaddr);
+void p2pdirect_page_ref_set(struct page *page, int v);
+bool p2pdirect_page_ref_freeze(struct page *page, int count);
+void p2pdirect_page_ref_unfreeze(struct page *page, int count);
+void p2pdirect_cond_resched(void);
 u64 p2pdirect_virt_to_phys(void *kaddr);
 int p2pdirect_pci_domain(struct pci_dev *pdev);
 

@@ -15,7 +15,7 @@ use kernel::{
     scatterlist::SGTable, sync::aref::ARef,
 };
 
-use super::gup::Pages;
+use super::{c, gup::Pages};
 
 /// Every mapping here is read and written by the device.
 fn bidirectional() -> bindings::dma_data_direction {
@@ -116,23 +116,33 @@ impl Drop for DmaMapping {
     }
 }
 
-/// Whether `dev` can DMA to `page`: maps it and unmaps it again.
+/// Whether `dev` can DMA to `page`: maps it and unmaps it again, through a
+/// one-entry scatterlist on the stack (no allocation, so a refusal always
+/// means the device cannot reach the page).
 ///
 /// # Safety
 ///
 /// `page` is a valid page held by the caller for the duration of the call.
 pub(crate) unsafe fn test_map_page(dev: &Device, page: *mut bindings::page) -> Result {
-    let pages = [page];
-    // SAFETY: the caller holds the page.
-    let mut sgt = unsafe { sg_from_pages(&pages, 0, kernel::page::PAGE_SIZE as u64) }?;
+    let mut sg = bindings::scatterlist::default();
+    // SAFETY: `sg` is ours; this marks it as the one, last entry and points
+    // it at the whole page the caller holds.
+    unsafe {
+        bindings::sg_init_table(&mut sg, 1);
+        c::p2pdirect_sg_set_page(&mut sg, page, kernel::page::PAGE_SIZE as u32, 0);
+    }
+    let mut sgt = bindings::sg_table {
+        sgl: &mut sg,
+        nents: 1,
+        orig_nents: 1,
+    };
     let attrs = bindings::DMA_ATTR_SKIP_CPU_SYNC as usize;
-    // SAFETY: `dev` is valid; `sgt` was just built.
+    // SAFETY: `dev` is valid; `sgt` describes the entry above, which lives
+    // until both calls returned.
     let r = unsafe { bindings::dma_map_sgtable(raw(dev), &mut sgt, bidirectional(), attrs) };
     if r == 0 {
         // SAFETY: mapped just above with the same arguments.
         unsafe { bindings::dma_unmap_sgtable(raw(dev), &mut sgt, bidirectional(), attrs) };
     }
-    // SAFETY: built above, unmapped if it was mapped.
-    unsafe { bindings::sg_free_table(&mut sgt) };
     to_result(r)
 }

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! PCI functions as P2PDMA providers: who owns a physical address, and how
-//! a function is named.
+//! PCI functions as P2PDMA providers: publishing a BAR, taking its memory
+//! from the pool, distances, the published providers, who owns a physical
+//! address, and how a function is named.
 //!
 //! C header: [`include/linux/pci-p2pdma.h`](srctree/include/linux/pci-p2pdma.h)
 
 use core::ptr::NonNull;
-use kernel::{bindings, pci, sync::aref::ARef};
+use kernel::{
+    bindings, device::Core, error::to_result, ffi::c_void, page::PAGE_SIZE, pci, prelude::*,
+    sync::aref::ARef,
+};
 
-use super::c;
+use super::{c, page_ref, vma::FaultSlot};
 
 fn raw(dev: &pci::Device) -> *mut bindings::pci_dev {
     // `pci::Device` is `#[repr(transparent)]` over `Opaque<bindings::pci_dev>`,
@@ -74,5 +78,278 @@ pub(crate) fn bar_owner(phys: u64) -> Option<ARef<pci::Device>> {
             // `pci::Device` is a transparent wrapper of `struct pci_dev`.
             return Some(unsafe { ARef::from_raw(dev.cast()) });
         }
+    }
+}
+
+/// Registers all of BAR `bar` of `dev` as P2PDMA memory (device-managed: the
+/// kernel removes it when the driver unbinds).
+pub(crate) fn add_bar(dev: &pci::Device<Core<'_>>, bar: u32) -> Result {
+    let bar = i32::try_from(bar).map_err(|_| EINVAL)?;
+    // SAFETY: `dev` is bound to the caller's driver (Core context), as devm
+    // requires.
+    to_result(unsafe { bindings::pci_p2pdma_add_resource(raw(dev), bar, 0, 0) })
+}
+
+/// Whether BAR `bar` of `dev` is a memory BAR.
+pub(crate) fn bar_is_mem(dev: &pci::Device, bar: u32) -> bool {
+    let Some(r) = resource(dev, bar) else {
+        return false;
+    };
+    r.flags & bindings::IORESOURCE_MEM as usize != 0
+}
+
+/// BAR `bar`'s resource (standard BARs only).
+fn resource(dev: &pci::Device, bar: u32) -> Option<&bindings::resource> {
+    if bar >= bindings::PCI_STD_NUM_BARS {
+        return None;
+    }
+    // SAFETY: `dev` is a valid `struct pci_dev`; its resources live as long
+    // as it does and are read-only after enumeration.
+    unsafe { (*raw(dev)).resource.get(bar as usize) }
+}
+
+/// The kernel's P2PDMA distance from `provider` to `client`, or `None`
+/// when they cannot reach each other.
+pub(crate) fn distance(provider: &pci::Device, client: &pci::Device) -> Option<u32> {
+    let mut clients = [core::ptr::from_ref(client.as_ref())
+        .cast_mut()
+        .cast::<bindings::device>()];
+    // SAFETY: both devices are valid; the array holds one client device.
+    let d = unsafe {
+        bindings::pci_p2pdma_distance_many(raw(provider), clients.as_mut_ptr(), 1, false)
+    };
+    u32::try_from(d).ok()
+}
+
+/// Collects the functions a `pci_get_*` walker yields.
+///
+/// # Safety
+///
+/// `next(NULL)` starts the walk, `next(prev)` drops the reference on `prev`
+/// and returns the next function with a new reference, or NULL at the end
+/// (the `pci_get_device()` contract).
+unsafe fn collect(
+    mut next: impl FnMut(*mut bindings::pci_dev) -> *mut bindings::pci_dev,
+    mut keep: impl FnMut(&pci::Device) -> bool,
+) -> Result<KVec<ARef<pci::Device>>> {
+    let mut out = KVec::new();
+    let mut cur: *mut bindings::pci_dev = core::ptr::null_mut();
+    loop {
+        cur = next(cur);
+        let Some(dev) = NonNull::new(cur) else {
+            return Ok(out);
+        };
+        // SAFETY: the walk holds a reference on `dev` until the next call;
+        // `pci::Device` is a transparent wrapper of `struct pci_dev`.
+        let dev = unsafe { dev.cast::<pci::Device>().as_ref() };
+        if keep(dev) {
+            // The list's own reference (the walk keeps its own).
+            if let Err(e) = out.push(ARef::from(dev), GFP_KERNEL) {
+                // SAFETY: ends the walk early, dropping its reference.
+                unsafe { bindings::pci_dev_put(cur) };
+                return Err(e.into());
+            }
+        }
+    }
+}
+
+/// Every NVMe controller present now.
+pub(crate) fn nvme_controllers() -> Result<KVec<ARef<pci::Device>>> {
+    // SAFETY: `pci_get_class` follows the walker contract of `collect`.
+    unsafe {
+        collect(
+            |prev| bindings::pci_get_class(bindings::PCI_CLASS_STORAGE_EXPRESS, prev),
+            |_| true,
+        )
+    }
+}
+
+/// Whether `dev`'s driver published P2PDMA memory (`pci_has_p2pmem()` is
+/// private to the PCI core): the published provider closest to a device is
+/// the device itself, at distance 0, exactly when it published.
+pub(crate) fn has_published_p2pmem(dev: &pci::Device) -> bool {
+    let mut clients = [core::ptr::from_ref(dev.as_ref())
+        .cast_mut()
+        .cast::<bindings::device>()];
+    // SAFETY: the array holds one valid device; the result is referenced.
+    let closest = unsafe { bindings::pci_p2pmem_find_many(clients.as_mut_ptr(), 1) };
+    let published = closest == raw(dev);
+    // SAFETY: drops the reference `pci_p2pmem_find_many` took (NULL is fine).
+    unsafe { bindings::pci_dev_put(closest) };
+    published
+}
+
+/// Every function whose driver published P2PDMA memory (an NVMe CMB...).
+pub(crate) fn with_published_p2pmem() -> Result<KVec<ARef<pci::Device>>> {
+    // SAFETY: `pci_get_device` follows the walker contract of `collect`.
+    unsafe {
+        collect(
+            |prev| {
+                bindings::pci_get_device(
+                    bindings::PCI_ANY_ID as u32,
+                    bindings::PCI_ANY_ID as u32,
+                    prev,
+                )
+            },
+            has_published_p2pmem,
+        )
+    }
+}
+
+/// The memory BAR of `dev` holding bus address `bus`: (index, bus start,
+/// size).
+pub(crate) fn bar_of_bus_addr(dev: &pci::Device, bus: u64) -> Option<(u32, u64, u64)> {
+    (0..bindings::PCI_STD_NUM_BARS).find_map(|bar| {
+        let r = resource(dev, bar)?;
+        let len = if r.end >= r.start && r.end != 0 {
+            r.end - r.start + 1
+        } else {
+            0
+        };
+        if r.flags & bindings::IORESOURCE_MEM as usize == 0 || len == 0 {
+            return None;
+        }
+        let mut region = bindings::pci_bus_region::default();
+        // SAFETY: `dev` and its bus are valid; `r` is one of its resources;
+        // `region` is our local.
+        unsafe {
+            bindings::pcibios_resource_to_bus(
+                (*raw(dev)).bus,
+                &mut region,
+                core::ptr::from_ref(r).cast_mut(),
+            )
+        };
+        let start = region.start;
+        (bus >= start && bus - start < len).then_some((bar, start, len))
+    })
+}
+
+/// All of a provider's P2PDMA memory, taken from its pool at once, in the
+/// kernel's address space.
+///
+/// # Invariants
+///
+/// `kaddr..kaddr + size` was returned by `pci_alloc_p2pmem(pdev, size)` and
+/// is freed only by `Drop`; `size` is a non-zero multiple of `PAGE_SIZE`.
+pub(crate) struct P2pMem {
+    pdev: ARef<pci::Device>,
+    kaddr: NonNull<u8>,
+    size: usize,
+}
+
+// SAFETY: the memory is device memory addressed by kernel virtual address;
+// the methods take explicit ranges and the owner serialises their use.
+unsafe impl Send for P2pMem {}
+// SAFETY: as above.
+unsafe impl Sync for P2pMem {}
+
+impl P2pMem {
+    /// Takes `size` bytes (whole pages) from the P2PDMA pool of `pdev`.
+    pub(crate) fn alloc(pdev: ARef<pci::Device>, size: usize) -> Result<Self> {
+        if size == 0 || size % PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: `pdev` is valid; a null return means no memory.
+        let raw_mem = unsafe { bindings::pci_alloc_p2pmem(raw(&pdev), size) };
+        let kaddr = NonNull::new(raw_mem.cast::<u8>()).ok_or(ENOMEM)?;
+        // INVARIANT: just allocated from the pool with this size.
+        Ok(Self { pdev, kaddr, size })
+    }
+
+    /// The kernel address of bytes `off..off + len`, whole pages inside the
+    /// allocation; `EINVAL` otherwise.
+    pub(crate) fn range(&self, off: usize, len: usize) -> Result<*mut c_void> {
+        let end = off.checked_add(len).ok_or(EINVAL)?;
+        if end > self.size || off % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: `off` is within the allocation (checked above).
+        Ok(unsafe { self.kaddr.as_ptr().add(off) }.cast())
+    }
+
+    /// Bytes of device memory held.
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    /// PCI bus address of byte `off` (0 past the end).
+    pub(crate) fn bus_addr(&self, off: usize) -> u64 {
+        let Ok(p) = self.range(off - off % PAGE_SIZE, 0) else {
+            return 0;
+        };
+        // SAFETY: `p` lies in memory allocated from this device's pool.
+        let page_bus = unsafe { bindings::pci_p2pmem_virt_to_bus(raw(&self.pdev), p) };
+        page_bus + (off % PAGE_SIZE) as u64
+    }
+
+    /// The physical address of byte `off` (`None` past the end).
+    pub(crate) fn phys(&self, off: usize) -> Option<u64> {
+        let p = self.range(off - off % PAGE_SIZE, 0).ok()?;
+        // SAFETY: `p` lies in this allocation, in the kernel's linear map.
+        Some(unsafe { c::p2pdirect_virt_to_phys(p) } + (off % PAGE_SIZE) as u64)
+    }
+
+    /// Takes the owner's reference on the pages of a new range of the
+    /// allocation (see [`super::page_ref`]).
+    pub(crate) fn hold(&self, off: usize, len: usize) -> Result {
+        let p = self.range(off, len)?;
+        // SAFETY: the range is this allocation's, newly carved, unreferenced.
+        unsafe { page_ref::hold(p, len) };
+        Ok(())
+    }
+
+    /// Drops the owner's reference on a range's pages if nothing else (a
+    /// mapping, a pin) references them; `EBUSY` otherwise.
+    pub(crate) fn try_release(&self, off: usize, len: usize) -> Result {
+        let p = self.range(off, len)?;
+        // SAFETY: the range was passed to `hold` and is not yet released.
+        if !unsafe { page_ref::try_release(p, len) } {
+            return Err(EBUSY);
+        }
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `off` with zeros through the CPU, in chunks with
+    /// rescheduling points (a large BAR takes a while).
+    pub(crate) fn zero(&self, off: usize, len: usize) {
+        let Ok(p) = self.range(off, len) else {
+            return;
+        };
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(1 << 20);
+            // SAFETY: `p + done .. + n` lies in this allocation (checked),
+            // mapped in the kernel's address space by the P2PDMA core.
+            unsafe {
+                bindings::memset_io(p.cast::<u8>().add(done).cast(), 0, n);
+                c::p2pdirect_cond_resched();
+            }
+            done += n;
+        }
+    }
+
+    /// Maps the page at `off` where a fault on one of its mappings waits.
+    pub(crate) fn insert_page(&self, off: usize, slot: FaultSlot<'_>) -> Result {
+        let p = self.range(off - off % PAGE_SIZE, PAGE_SIZE)?;
+        let (vma, addr) = slot.target();
+        // SAFETY: `vma` is faulting (the slot's invariant) and the page is
+        // this allocation's, which the caller keeps from going away.
+        let r = unsafe { bindings::vm_insert_page(vma, addr, c::p2pdirect_virt_to_page(p)) };
+        // `EBUSY`: another thread's fault mapped it first.
+        if r == -(bindings::EBUSY as i32) {
+            return Ok(());
+        }
+        to_result(r)
+    }
+}
+
+impl Drop for P2pMem {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant this is the allocation's one free,
+        // with the size it was allocated with; the owner released every
+        // page reference first.
+        unsafe {
+            bindings::pci_free_p2pmem(raw(&self.pdev), self.kaddr.as_ptr().cast(), self.size)
+        };
     }
 }

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Reference counts of ZONE_DEVICE pages a driver owns outright.
+//!
+//! C header: [`include/linux/page_ref.h`](srctree/include/linux/page_ref.h)
+//!
+//! While an allocation of device memory lives, its owner holds one
+//! reference on each of its pages; mappings and pins add theirs on top. The
+//! reference is set and cleared directly, never dropped with `put_page()`:
+//! a page reaching zero through `put_page()` would be handed back to the
+//! P2PDMA pool page by page, while the pool sees the whole BAR as taken.
+
+use kernel::{ffi::c_void, page::PAGE_SIZE};
+
+use super::c;
+
+/// Sets the owner's reference on every page of `[kaddr, kaddr + len)`.
+///
+/// # Safety
+///
+/// The range is whole pages of device memory the caller owns, which nothing
+/// references yet.
+pub(crate) unsafe fn hold(kaddr: *mut c_void, len: usize) {
+    for off in (0..len).step_by(PAGE_SIZE) {
+        // SAFETY: a page of the caller's range (caller's contract).
+        unsafe { c::p2pdirect_page_ref_set(c::p2pdirect_virt_to_page(kaddr.byte_add(off)), 1) };
+    }
+}
+
+/// Drops the owner's reference on every page of `[kaddr, kaddr + len)` if
+/// nothing else references any (false, with nothing changed, otherwise).
+/// Each count goes from 1 to 0 atomically, so a concurrent speculative
+/// reference (lockless GUP) is never lost.
+///
+/// # Safety
+///
+/// The range was passed to [`hold`] and not released since.
+pub(crate) unsafe fn try_release(kaddr: *mut c_void, len: usize) -> bool {
+    let page = |off: usize| {
+        // SAFETY: `off` lies in the caller's held range.
+        unsafe { c::p2pdirect_virt_to_page(kaddr.byte_add(off)) }
+    };
+    for off in (0..len).step_by(PAGE_SIZE) {
+        // SAFETY: a page of the caller's held range.
+        if !unsafe { c::p2pdirect_page_ref_freeze(page(off), 1) } {
+            for back in (0..off).step_by(PAGE_SIZE) {
+                // SAFETY: frozen by this loop just before.
+                unsafe { c::p2pdirect_page_ref_unfreeze(page(back), 1) };
+            }
+            return false;
+        }
+    }
+    true
+}

@@ -292,7 +292,7 @@ impl Provider {
                 );
             }
             waited += 1;
-            ffi::msleep(10);
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
         }
     }
 
@@ -583,7 +583,7 @@ fn reap_at_exit() {
             pr_warn!("freed memory still pinned at module exit; waiting\n");
         }
         waited += 1;
-        ffi::msleep(10);
+        kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
     }
 }
 

@@ -12,11 +12,10 @@ pub(crate) mod uapi;
 pub(crate) use crate::sys::blkdev::DmaLeg;
 pub(crate) use crate::sys::gup::{user_addr_is_p2pdma, Pages};
 pub(crate) use crate::sys::pci_p2pdma::{add_bar as p2pdma_add_bar, bar_is_mem, P2pMem};
-use crate::sys::{blkdev::BlockDevice, dma::DmaMapping, pci_p2pdma};
+use crate::sys::{blkdev::BlockDevice, dma::DmaMapping, file as sys_file, pci_p2pdma};
+pub(crate) use crate::sys::{file::FileMapping, vma::vma_offset};
 
-use core::ptr::NonNull;
 use kernel::{
-    bindings,
     fs::File,
     mm::virt::VmaNew,
     pci,
@@ -206,10 +205,7 @@ impl DmaDevice {
     pub(crate) fn of_block_fd(fd: i32) -> Result<KVec<Self>> {
         let fd = u32::try_from(fd).map_err(|_| EBADF)?;
         let file = kernel::fs::file::LocalFile::fget(fd).map_err(|_| EBADF)?;
-        // SAFETY: `file` is a valid, referenced open file.
-        let bdev = ptr_or_err(unsafe { shim::p2pdirect_file_bdev(file.as_ptr()) })?;
-        // SAFETY: the open file keeps its block device open while `file` lives.
-        let bdev = unsafe { BlockDevice::from_raw(bdev.as_ptr()) };
+        let bdev = sys_file::block_device(&file)?;
         let legs = bdev.dma_legs()?;
         let mut out = KVec::with_capacity(legs.len(), GFP_KERNEL)?;
         for leg in &legs {
@@ -220,15 +216,6 @@ impl DmaDevice {
         }
         Ok(out)
     }
-}
-
-/// Decodes a C `ERR_PTR`-or-pointer return.
-fn ptr_or_err<T>(p: *mut T) -> Result<NonNull<T>> {
-    let v = p as isize;
-    if (-4095..0).contains(&v) {
-        return Err(Error::from_errno(v as i32));
-    }
-    NonNull::new(p).ok_or(ENOMEM)
 }
 
 /// Pinned pages of a user range of the calling process, optionally mapped
@@ -306,16 +293,8 @@ impl IoFile {
     /// Looks `fd` up in the calling process and checks it as read(2) or
     /// write(2) would (see the UAPI header for the errno of each case).
     pub(crate) fn from_fd(fd: i32, write: bool) -> Result<Self> {
-        let mut is_bdev = false;
-        // SAFETY: looks up an fd of current; returns a referenced file or ERR_PTR.
-        let f = ptr_or_err(unsafe { shim::p2pdirect_io_fget(fd, write, &mut is_bdev) })?;
-        Ok(Self {
-            // SAFETY: the shim returned a file with a reference, which the
-            // `ARef` takes over. Nothing here uses its position, so no
-            // `fdget_pos` of another thread matters.
-            file: unsafe { ARef::from_raw(f.cast::<File>()) },
-            is_bdev,
-        })
+        let (file, is_bdev) = sys_file::open_for_io(fd, write)?;
+        Ok(Self { file, is_bdev })
     }
 
     /// A raw block device (else a regular file).
@@ -332,11 +311,7 @@ impl IoFile {
 
     /// The block device the I/O goes to (a file's: its file system's).
     pub(crate) fn bdev(&self) -> &BlockDevice {
-        // SAFETY: the file is valid; the shim returns its block device.
-        let bdev = unsafe { shim::p2pdirect_io_bdev(self.file.as_ptr()) };
-        // SAFETY: the referenced file keeps the block device open (type
-        // invariant) for as long as `self` is borrowed.
-        unsafe { BlockDevice::from_raw(bdev) }
+        sys_file::io_bdev(&self.file)
     }
 
     /// Raw block devices: whether the cache work before a direct I/O of the
@@ -349,17 +324,13 @@ impl IoFile {
 
     /// Raw block devices: writes back cached dirty data of the range.
     pub(crate) fn bdev_sync(&self, pos: u64, len: u64) -> Result {
-        // SAFETY: the file is valid.
-        kernel::error::to_result(unsafe { shim::p2pdirect_bdev_sync(self.file.as_ptr(), pos, len) })
+        sys_file::bdev_sync(&self.file, pos, len)
     }
 
     /// Raw block devices: the checks read(2)/write(2) make of a range
     /// (`rw_verify_area`: offsets, LSM, fanotify permission events).
     pub(crate) fn rw_verify(&self, pos: u64, len: u64, write: bool) -> Result {
-        // SAFETY: the file is valid (type invariant).
-        kernel::error::to_result(unsafe {
-            shim::p2pdirect_rw_verify(self.file.as_ptr(), pos, len, write)
-        })
+        sys_file::rw_verify(&self.file, pos, len, write)
     }
 
     /// The access or modify event read(2)/write(2) send after moving data.
@@ -371,14 +342,12 @@ impl IoFile {
     /// Files: whether the file system serves O_DIRECT on this file through
     /// the page cache (CPU copies), e.g. ext4 with journalled data.
     pub(crate) fn dio_falls_back(&self) -> bool {
-        // SAFETY: the file is valid (type invariant).
-        unsafe { shim::p2pdirect_dio_falls_back(self.file.as_ptr()) }
+        sys_file::dio_falls_back(&self.file)
     }
 
     /// Raw block devices: drops cached data of the range (after a write).
     pub(crate) fn bdev_invalidate(&self, pos: u64, len: u64) {
-        // SAFETY: the file is valid.
-        unsafe { shim::p2pdirect_bdev_invalidate(self.file.as_ptr(), pos, len) };
+        sys_file::bdev_invalidate(&self.file, pos, len);
     }
 
     /// Files: an O_DIRECT read or write of `len` bytes at `pos` from or into
@@ -394,60 +363,8 @@ impl IoFile {
 
     /// Files: bytes of `[pos, pos + len)` in holes or unwritten extents.
     pub(crate) fn hole_bytes(&self, pos: u64, len: u64) -> Result<u64> {
-        // SAFETY: the file is valid.
-        let r = unsafe { shim::p2pdirect_file_hole_bytes(self.file.as_ptr(), pos, len) };
-        if r < 0 {
-            return Err(Error::from_errno(r as i32));
-        }
-        Ok(r as u64)
+        sys_file::hole_bytes(&self.file, pos, len)
     }
-}
-
-/// The address space that user mappings of an open `/dev/p2pdirect` live in.
-///
-/// # Invariants
-///
-/// `0` is the `f_mapping` of a file of `/dev/p2pdirect`, on whose inode (the
-/// mapping's owner) this value holds a reference, dropped by `Drop`.
-pub(crate) struct FileMapping(NonNull<bindings::address_space>);
-
-// SAFETY: an address space may be used from any thread.
-unsafe impl Send for FileMapping {}
-// SAFETY: `zap` only calls `unmap_mapping_range`, which locks the mapping itself.
-unsafe impl Sync for FileMapping {}
-
-impl FileMapping {
-    pub(crate) fn of(file: &File) -> Result<Self> {
-        // SAFETY: `file` is a valid open file; the shim takes a reference
-        // on its inode.
-        let m = unsafe { shim::p2pdirect_file_mapping(file.as_ptr()) };
-        // INVARIANT: the mapping and the inode reference the shim took.
-        NonNull::new(m).map(Self).ok_or(EINVAL)
-    }
-
-    /// Removes every user mapping of bytes `off..off + len`; a later access
-    /// faults and gets SIGBUS.
-    pub(crate) fn zap(&self, off: u64, len: u64) {
-        let (Ok(off), Ok(len)) = (i64::try_from(off), i64::try_from(len)) else {
-            return;
-        };
-        // SAFETY: the mapping is valid by the type invariant.
-        unsafe { shim::p2pdirect_unmap_mapping(self.0.as_ptr(), off, len) };
-    }
-}
-
-impl Drop for FileMapping {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant we hold one reference on the inode.
-        unsafe { shim::p2pdirect_mapping_put(self.0.as_ptr()) };
-    }
-}
-
-/// The file offset (in bytes) that `vma` maps.
-pub(crate) fn vma_offset(vma: &VmaNew) -> u64 {
-    // SAFETY: `vma` is a valid VMA under setup.
-    let pgoff = unsafe { shim::p2pdirect_vma_pgoff(vma.as_ptr()) };
-    (pgoff as u64) << kernel::page::PAGE_SHIFT
 }
 
 /// Whether `vma` is a shared mapping (`MAP_SHARED`: `VM_MAYSHARE`).
@@ -456,10 +373,4 @@ pub(crate) fn vma_offset(vma: &VmaNew) -> u64 {
 pub(crate) fn vma_may_share(vma: &VmaNew) -> bool {
     // SAFETY: `vma` is a valid VMA under setup; reading its flags is fine.
     unsafe { shim::p2pdirect_vma_may_share(vma.as_ptr()) }
-}
-
-/// Sleeps for `ms` milliseconds.
-pub(crate) fn msleep(ms: u32) {
-    // SAFETY: plain sleep; callers run in process context.
-    unsafe { shim::p2pdirect_msleep(ms) };
 }

@@ -30,33 +30,6 @@ bool p2pdirect_ratelimit(void)
 	return __ratelimit(&p2pdirect_rs);
 }
 
-/* The file's address space, holding a reference on its inode (its owner). */
-struct address_space *p2pdirect_file_mapping(struct file *file)
-{
-	ihold(file->f_mapping->host);
-	return file->f_mapping;
-}
-
-void p2pdirect_mapping_put(struct address_space *mapping)
-{
-	iput(mapping->host);
-}
-
-void p2pdirect_unmap_mapping(struct address_space *mapping, loff_t off, loff_t len)
-{
-	unmap_mapping_range(mapping, off, len, 1);
-}
-
-unsigned long p2pdirect_vma_pgoff(struct vm_area_struct *vma)
-{
-	return vma->vm_pgoff;
-}
-
-void p2pdirect_msleep(unsigned int ms)
-{
-	msleep(ms);
-}
-
 /*
  * Linux 7.2's Rust bindings define VM_MAYSHARE as VM_MAYEXEC
  * (rust/bindings/bindings_helper.h), so the flag is read here, from C.
@@ -64,6 +37,17 @@ void p2pdirect_msleep(unsigned int ms)
 bool p2pdirect_vma_may_share(struct vm_area_struct *vma)
 {
 	return !!(vma->vm_flags & VM_MAYSHARE);
+}
+
+/* Whether @f is open for the access (FMODE_READ/FMODE_WRITE: cast macros). */
+bool p2pdirect_file_may(struct file *f, bool write)
+{
+	return f->f_mode & (write ? FMODE_WRITE : FMODE_READ);
+}
+
+bool p2pdirect_bdev_read_only(struct block_device *bdev)
+{
+	return bdev_read_only(bdev);
 }
 
 /* --- Pages: the inline accessors rust/sys/gup.rs needs ------------------ */
@@ -125,73 +109,18 @@ int p2pdirect_pci_domain(struct pci_dev *pdev)
 	return pci_domain_nr(pdev->bus);
 }
 
-/* The block device open as @file, or ERR_PTR(-ENOTBLK). */
-struct block_device *p2pdirect_file_bdev(struct file *file)
+/* f_path sits in an anonymous union, which bindgen names per kernel version. */
+const struct path *p2pdirect_file_path(struct file *f)
 {
-	if (!S_ISBLK(file_inode(file)->i_mode))
-		return ERR_PTR(-ENOTBLK);
-	return file_bdev(file);
+	return &f->f_path;
+}
+
+const struct cred *p2pdirect_current_cred(void)
+{
+	return current_cred();
 }
 
 /* --- Storage I/O --------------------------------------------------------- */
-
-/*
- * The target of a READ or WRITE, checked like read(2)/write(2) would: @fd
- * open, the access mode the operation needs, O_DIRECT, a block device or a
- * regular file on a file system with a block device. Returns the file with a
- * reference and sets *is_bdev, or an ERR_PTR.
- */
-struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev)
-{
-	struct file *f = fget(fd);
-	umode_t mode;
-	int err;
-
-	if (!f)
-		return ERR_PTR(-EBADF);
-	mode = file_inode(f)->i_mode;
-	err = -EBADF;
-	if (!(f->f_mode & (write ? FMODE_WRITE : FMODE_READ)))
-		goto out;
-	err = -EISDIR;
-	if (S_ISDIR(mode))
-		goto out;
-	err = -ESPIPE;
-	if (S_ISFIFO(mode) || S_ISSOCK(mode))
-		goto out;
-	err = -EINVAL;
-	if (!S_ISBLK(mode) && !S_ISREG(mode))
-		goto out;
-	if (!(f->f_flags & O_DIRECT))
-		goto out;
-	err = -EOPNOTSUPP;
-	if (S_ISREG(mode) && !file_inode(f)->i_sb->s_bdev)
-		goto out;
-	/* What blkdev_write_iter() refuses, in its order. */
-	if (S_ISBLK(mode) && write) {
-		err = -EPERM;
-		if (bdev_read_only(file_bdev(f)))
-			goto out;
-		err = -ETXTBSY;
-		if (IS_SWAPFILE(f->f_mapping->host))
-			goto out;
-	}
-	*is_bdev = S_ISBLK(mode);
-	return f;
-out:
-	fput(f);
-	return ERR_PTR(err);
-}
-
-/* read(2)/write(2)'s checks of a raw block device range: rw_verify_area(). */
-int p2pdirect_rw_verify(struct file *f, u64 pos, u64 len, bool write)
-{
-	loff_t p = pos;
-
-	if (len > MAX_RW_COUNT)
-		return -EINVAL;
-	return rw_verify_area(write ? WRITE : READ, f, &p, len);
-}
 
 /* The events read(2)/write(2) send once data moved. */
 void p2pdirect_fsnotify(struct file *f, bool write)
@@ -202,32 +131,11 @@ void p2pdirect_fsnotify(struct file *f, bool write)
 		fsnotify_access(f);
 }
 
-/*
- * Whether O_DIRECT on the regular file @f goes through the page cache (the
- * file system's fallback: ext4 journalled data, inline data, verity...),
- * which its STATX_DIOALIGN reports as a memory alignment of 0.
- */
-bool p2pdirect_dio_falls_back(struct file *f)
-{
-	struct kstat st = {};
-
-	if (!S_ISREG(file_inode(f)->i_mode))
-		return false;
-	if (vfs_getattr(&f->f_path, &st, STATX_DIOALIGN, AT_STATX_SYNC_AS_STAT))
-		return false;
-	return (st.result_mask & STATX_DIOALIGN) && !st.dio_mem_align;
-}
-
-/* The block device an I/O target does its I/O on (a file's: its file system's). */
-struct block_device *p2pdirect_io_bdev(struct file *f)
-{
-	return S_ISBLK(file_inode(f)->i_mode) ? file_bdev(f) : file_inode(f)->i_sb->s_bdev;
-}
-
 /* What the bio builder needs to know about the block device behind @f. */
 void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
 {
-	struct block_device *bdev = p2pdirect_io_bdev(f);
+	struct block_device *bdev = S_ISBLK(file_inode(f)->i_mode) ? file_bdev(f) :
+				    file_inode(f)->i_sb->s_bdev;
 	struct request_queue *q = bdev_get_queue(bdev);
 
 	l->logical_block_size = bdev_logical_block_size(bdev);
@@ -240,10 +148,6 @@ void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
 }
 
 /*
- * Raw block devices: what is cached of [pos, pos + len) must not hide the
- * bios' data. Before: write back dirty cache; after a write: drop the cache.
- */
-/*
  * Whether the cache work before a direct I/O of [pos, pos + len) may wait:
  * writing back dirty pages, or (a WRITE) dropping cached ones, as
  * kiocb_write_and_wait() and kiocb_invalidate_pages() judge for IOCB_NOWAIT.
@@ -255,17 +159,6 @@ bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write)
 
 	return filemap_range_needs_writeback(m, pos, end) ||
 	       (write && filemap_range_has_page(m, pos, end));
-}
-
-int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len)
-{
-	return filemap_write_and_wait_range(f->f_mapping, pos, pos + len - 1);
-}
-
-void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len)
-{
-	invalidate_inode_pages2_range(f->f_mapping, pos >> PAGE_SHIFT,
-				      (pos + len - 1) >> PAGE_SHIFT);
 }
 
 /*
@@ -288,45 +181,6 @@ int p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
 void p2pdirect_kiocb_end_write(struct kiocb *k)
 {
 	kiocb_end_write(k);
-}
-
-/*
- * Bytes of [pos, pos + len) of the regular file @f in holes or unwritten
- * extents (what a direct read zeroes with the CPU), by SEEK_DATA/SEEK_HOLE on
- * a private open of the same path, so the caller's file position stays.
- */
-s64 p2pdirect_file_hole_bytes(struct file *f, u64 pos, u64 len)
-{
-	struct file *c;
-	u64 end = pos + len, p = pos;
-	s64 holes = 0;
-
-	if (!len)
-		return 0;
-	c = dentry_open(&f->f_path, O_RDONLY | O_LARGEFILE, current_cred());
-	if (IS_ERR(c))
-		return PTR_ERR(c);
-	while (p < end) {
-		loff_t d = vfs_llseek(c, p, SEEK_DATA), h;
-
-		if (d == -ENXIO || (d >= 0 && (u64)d >= end)) {
-			holes += end - p;
-			break;
-		}
-		if (d < 0) {
-			holes = d;
-			break;
-		}
-		holes += d - p;
-		h = vfs_llseek(c, d, SEEK_HOLE);
-		if (h < 0) {
-			holes = h;
-			break;
-		}
-		p = h;
-	}
-	fput(c);
-	return holes;
 }
 
 /* --- io_uring commands (static inlines and the task-work trampoline) ---- */

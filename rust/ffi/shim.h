@@ -22,16 +22,12 @@ struct p2pdirect_limits {
 };
 
 bool p2pdirect_ratelimit(void);
-void p2pdirect_mapping_put(struct address_space *mapping);
-int p2pdirect_rw_verify(struct file *f, u64 pos, u64 len, bool write);
+bool p2pdirect_file_may(struct file *f, bool write);
+bool p2pdirect_bdev_read_only(struct block_device *bdev);
+const struct path *p2pdirect_file_path(struct file *f);
+const struct cred *p2pdirect_current_cred(void);
 void p2pdirect_fsnotify(struct file *f, bool write);
-bool p2pdirect_dio_falls_back(struct file *f);
-struct address_space *p2pdirect_file_mapping(struct file *file);
-void p2pdirect_unmap_mapping(struct address_space *mapping, loff_t off, loff_t len);
-unsigned long p2pdirect_vma_pgoff(struct vm_area_struct *vma);
-void p2pdirect_msleep(unsigned int ms);
 bool p2pdirect_vma_may_share(struct vm_area_struct *vma);
-struct block_device *p2pdirect_file_bdev(struct file *file);
 bool p2pdirect_page_is_p2pdma(struct page *page);
 const void *p2pdirect_page_pgmap(struct page *page);
 u64 p2pdirect_page_phys(struct page *page);
@@ -46,16 +42,11 @@ void p2pdirect_cond_resched(void);
 u64 p2pdirect_virt_to_phys(void *kaddr);
 int p2pdirect_pci_domain(struct pci_dev *pdev);
 
-struct file *p2pdirect_io_fget(int fd, bool write, bool *is_bdev);
 void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l);
-struct block_device *p2pdirect_io_bdev(struct file *f);
 bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write);
-int p2pdirect_bdev_sync(struct file *f, u64 pos, u64 len);
-void p2pdirect_bdev_invalidate(struct file *f, u64 pos, u64 len);
 int p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
 			 void (*complete)(struct kiocb *, long), bool nowait);
 void p2pdirect_kiocb_end_write(struct kiocb *k);
-s64 p2pdirect_file_hole_bytes(struct file *f, u64 pos, u64 len);
 
 struct io_uring_cmd;
 struct file *p2pdirect_uring_file(struct io_uring_cmd *cmd);

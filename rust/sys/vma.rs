@@ -217,3 +217,10 @@ pub(crate) fn lookup<T: DeviceMapping>(addr: u64, len: u64) -> Lookup<T> {
         _ => Lookup::Straddles,
     }
 }
+
+/// The file offset (in bytes) that `vma` maps.
+pub(crate) fn vma_offset(vma: &VmaNew) -> u64 {
+    // SAFETY: `vma` is a valid VMA under setup; `vm_pgoff` is set.
+    let pgoff = unsafe { (*vma.as_ptr()).vm_pgoff };
+    (pgoff as u64) << kernel::page::PAGE_SHIFT
+}

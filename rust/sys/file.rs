@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Open files as the targets of direct I/O, and the address space of a
+//! file's mappings.
+//!
+//! C header: [`include/linux/fs.h`](srctree/include/linux/fs.h)
+//!
+//! - [`open_for_io`]: a file descriptor of the calling process, checked as
+//!   `read(2)`/`write(2)` check it, with the same errnos.
+//! - [`io_bdev`], [`rw_verify`], [`bdev_sync`], [`bdev_invalidate`]: what
+//!   the block layer's direct I/O does around the bios of a raw block device.
+//! - [`FileMapping`]: a file's address space, to zap user mappings.
+
+use core::ptr::NonNull;
+use kernel::{
+    bindings,
+    error::to_result,
+    fs::{file::LocalFile, File},
+    page::PAGE_SIZE,
+    prelude::*,
+    sync::aref::ARef,
+};
+
+use super::{blkdev::BlockDevice, c};
+
+fn raw(file: &LocalFile) -> *mut bindings::file {
+    file.as_ptr()
+}
+
+/// The file type bits (`S_IFMT`) of the file's inode.
+fn file_type(file: &LocalFile) -> u32 {
+    // SAFETY: an open file has an inode for as long as it is open; the
+    // type bits of `i_mode` never change.
+    u32::from(unsafe { (*(*raw(file)).f_inode).i_mode }) & bindings::S_IFMT
+}
+
+/// Looks `fd` up in the calling process and checks it as `read(2)` or
+/// `write(2)` would: `EBADF` (not open, or not for this access), `EISDIR`,
+/// `ESPIPE` (pipe, socket), `EINVAL` (not a block device or regular file,
+/// or no `O_DIRECT`), `EOPNOTSUPP` (a file system with no block device),
+/// and for a WRITE to a block device what `blkdev_write_iter()` refuses, in
+/// its order: `EPERM` (read-only), `ETXTBSY` (an active swap device).
+///
+/// Returns the file and whether it is a block device (else a regular file).
+pub(crate) fn open_for_io(fd: i32, write: bool) -> Result<(ARef<File>, bool)> {
+    let fd = u32::try_from(fd).map_err(|_| EBADF)?;
+    let file = LocalFile::fget(fd).map_err(|_| EBADF)?;
+    // SAFETY: the file is valid while `file` holds it.
+    if !unsafe { c::p2pdirect_file_may(raw(&file), write) } {
+        return Err(EBADF);
+    }
+    let kind = file_type(&file);
+    let is_bdev = kind == bindings::S_IFBLK;
+    match kind {
+        bindings::S_IFDIR => return Err(EISDIR),
+        bindings::S_IFIFO | bindings::S_IFSOCK => return Err(ESPIPE),
+        bindings::S_IFBLK | bindings::S_IFREG => {}
+        _ => return Err(EINVAL),
+    }
+    if file.flags() & bindings::O_DIRECT == 0 {
+        return Err(EINVAL);
+    }
+    if !is_bdev && fs_bdev(&file).is_null() {
+        // The kernel crate has no constant for it.
+        return Err(Error::from_errno(-(bindings::EOPNOTSUPP as i32)));
+    }
+    if is_bdev && write {
+        // SAFETY: a block device file has its block device while open.
+        if unsafe { c::p2pdirect_bdev_read_only(bindings::file_bdev(raw(&file))) } {
+            return Err(EPERM);
+        }
+        // SAFETY: an open file's mapping and its host inode live while it is open.
+        let flags = unsafe { (*(*(*raw(&file)).f_mapping).host).i_flags };
+        if flags & bindings::S_SWAPFILE != 0 {
+            return Err(ETXTBSY);
+        }
+    }
+    // SAFETY: only the file's I/O operations are used, never its position
+    // (`f_pos`), so no `fdget_pos` of another thread matters.
+    Ok((unsafe { LocalFile::assume_no_fdget_pos(file) }, is_bdev))
+}
+
+/// The block device of the file system the file is on (null if none).
+fn fs_bdev(file: &LocalFile) -> *mut bindings::block_device {
+    // SAFETY: an open file's inode and super block live while it is open.
+    unsafe { (*(*(*raw(file)).f_inode).i_sb).s_bdev }
+}
+
+/// The block device open as `file`; `ENOTBLK` if it is not one.
+pub(crate) fn block_device(file: &LocalFile) -> Result<&BlockDevice> {
+    if file_type(file) != bindings::S_IFBLK {
+        return Err(ENOTBLK);
+    }
+    // SAFETY: an open block device file keeps its block device open for as
+    // long as it is borrowed.
+    Ok(unsafe { BlockDevice::from_raw(bindings::file_bdev(raw(file))) })
+}
+
+/// The block device an I/O target does its I/O on: its own, or its file
+/// system's. The target is a file [`open_for_io`] accepted.
+pub(crate) fn io_bdev(file: &LocalFile) -> &BlockDevice {
+    let bdev = if file_type(file) == bindings::S_IFBLK {
+        // SAFETY: a block device file has its block device while open.
+        unsafe { bindings::file_bdev(raw(file)) }
+    } else {
+        fs_bdev(file)
+    };
+    // SAFETY: the open file keeps the block device open while borrowed
+    // (`open_for_io` refused files with no block device).
+    unsafe { BlockDevice::from_raw(bdev) }
+}
+
+/// `read(2)`/`write(2)`'s checks of a raw block device range
+/// (`rw_verify_area()`: offsets, LSM hooks, fanotify permission events).
+pub(crate) fn rw_verify(file: &File, pos: u64, len: u64, write: bool) -> Result {
+    // MAX_RW_COUNT: what one read(2) or write(2) may move.
+    let max = (i32::MAX as u64) & !(PAGE_SIZE as u64 - 1);
+    if len > max {
+        return Err(EINVAL);
+    }
+    let pos = i64::try_from(pos).map_err(|_| EINVAL)?;
+    let dir = if write {
+        bindings::WRITE
+    } else {
+        bindings::READ
+    };
+    // SAFETY: the file is valid; `pos` is our local.
+    to_result(unsafe { bindings::rw_verify_area(dir as i32, raw(file), &pos, len as usize) })
+}
+
+/// Raw block devices: writes back cached dirty data of the range, so the
+/// bios do not race it.
+pub(crate) fn bdev_sync(file: &File, pos: u64, len: u64) -> Result {
+    let (start, end) = byte_range(pos, len)?;
+    // SAFETY: an open file's mapping lives while it is open.
+    to_result(unsafe { bindings::filemap_write_and_wait_range((*raw(file)).f_mapping, start, end) })
+}
+
+/// Raw block devices: drops cached data of the range (after a write).
+pub(crate) fn bdev_invalidate(file: &File, pos: u64, len: u64) {
+    let Ok((start, end)) = byte_range(pos, len) else {
+        return;
+    };
+    let shift = kernel::page::PAGE_SHIFT;
+    // SAFETY: an open file's mapping lives while it is open. Pages that
+    // cannot be dropped (busy) stay; the I/O's data is on the device.
+    let _ = unsafe {
+        bindings::invalidate_inode_pages2_range(
+            (*raw(file)).f_mapping,
+            (start >> shift) as usize,
+            (end >> shift) as usize,
+        )
+    };
+}
+
+/// The first and last byte of a non-empty range, as `loff_t`.
+fn byte_range(pos: u64, len: u64) -> Result<(i64, i64)> {
+    let last = pos
+        .checked_add(len)
+        .and_then(|e| e.checked_sub(1))
+        .ok_or(EINVAL)?;
+    Ok((
+        i64::try_from(pos).map_err(|_| EINVAL)?,
+        i64::try_from(last).map_err(|_| EINVAL)?,
+    ))
+}
+
+/// The address space that a file's user mappings live in.
+///
+/// # Invariants
+///
+/// `0` is the `f_mapping` of an open file, on whose host inode (the
+/// mapping's owner) this value holds a reference, dropped by `Drop`.
+pub(crate) struct FileMapping(NonNull<bindings::address_space>);
+
+// SAFETY: an address space may be used from any thread.
+unsafe impl Send for FileMapping {}
+// SAFETY: `zap` only calls `unmap_mapping_range`, which locks the mapping itself.
+unsafe impl Sync for FileMapping {}
+
+impl FileMapping {
+    /// The address space of `file`'s mappings.
+    pub(crate) fn of(file: &File) -> Result<Self> {
+        // SAFETY: an open file's mapping and its host live while it is open;
+        // this takes a reference on the host inode, which owns the mapping.
+        let m = unsafe {
+            let m = (*raw(file)).f_mapping;
+            bindings::ihold((*m).host);
+            m
+        };
+        // INVARIANT: the mapping and the inode reference taken above.
+        NonNull::new(m).map(Self).ok_or(EINVAL)
+    }
+
+    /// Removes every user mapping of bytes `off..off + len`; a later access
+    /// faults again.
+    pub(crate) fn zap(&self, off: u64, len: u64) {
+        let (Ok(off), Ok(len)) = (i64::try_from(off), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: the mapping is valid by the type invariant.
+        unsafe { bindings::unmap_mapping_range(self.0.as_ptr(), off, len, 1) };
+    }
+}
+
+impl Drop for FileMapping {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we hold one reference on the host.
+        unsafe { bindings::iput((*self.0.as_ptr()).host) };
+    }
+}
+
+/// Regular files: whether O_DIRECT goes through the page cache (the file
+/// system's fallback: ext4 journalled data, inline data, verity...), which
+/// its `STATX_DIOALIGN` reports as a memory alignment of 0.
+pub(crate) fn dio_falls_back(file: &File) -> bool {
+    if file_type(file) != bindings::S_IFREG {
+        return false;
+    }
+    let mut st = bindings::kstat::default();
+    // SAFETY: an open file's path lives while it is open; `st` is ours.
+    let r = unsafe {
+        bindings::vfs_getattr(
+            c::p2pdirect_file_path(raw(file)),
+            &mut st,
+            bindings::STATX_DIOALIGN,
+            bindings::AT_STATX_SYNC_AS_STAT,
+        )
+    };
+    r == 0 && st.result_mask & bindings::STATX_DIOALIGN != 0 && st.dio_mem_align == 0
+}
+
+/// A file the kernel opened, dropped with `fput`.
+struct KernelFile(NonNull<bindings::file>);
+
+impl Drop for KernelFile {
+    fn drop(&mut self) {
+        // SAFETY: the reference `dentry_open` gave, dropped once.
+        unsafe { bindings::fput(self.0.as_ptr()) };
+    }
+}
+
+/// Regular files: bytes of `[pos, pos + len)` in holes or unwritten extents
+/// (what a direct read fills with zeros by the CPU), found with
+/// `SEEK_DATA`/`SEEK_HOLE` on a private open of the same path, so that the
+/// caller's file position stays.
+pub(crate) fn hole_bytes(file: &File, pos: u64, len: u64) -> Result<u64> {
+    if len == 0 {
+        return Ok(0);
+    }
+    let end = i64::try_from(pos.checked_add(len).ok_or(EINVAL)?).map_err(|_| EINVAL)?;
+    let mut p = i64::try_from(pos).map_err(|_| EINVAL)?;
+    let flags = (bindings::O_RDONLY | bindings::O_LARGEFILE) as i32;
+    // SAFETY: an open file's path lives while it is open; the credentials
+    // are the calling task's own.
+    let c = unsafe {
+        bindings::dentry_open(
+            c::p2pdirect_file_path(raw(file)),
+            flags,
+            c::p2pdirect_current_cred(),
+        )
+    };
+    let err = c as isize;
+    if (-4095..0).contains(&err) {
+        return Err(Error::from_errno(err as i32));
+    }
+    let c = KernelFile(NonNull::new(c).ok_or(ENOMEM)?);
+    let seek = |at: i64, whence: u32| -> Result<Option<i64>> {
+        // SAFETY: `c` is a file this function opened and holds.
+        let r = unsafe { bindings::vfs_llseek(c.0.as_ptr(), at, whence as i32) };
+        match r {
+            r if r >= 0 => Ok(Some(r)),
+            r if r == -i64::from(bindings::ENXIO) => Ok(None),
+            r => Err(Error::from_errno(r as i32)),
+        }
+    };
+    let mut holes = 0i64;
+    while p < end {
+        // No data at or after `p` (ENXIO), or only past the end: all hole.
+        let data = match seek(p, bindings::SEEK_DATA)? {
+            Some(d) if d < end => d,
+            _ => {
+                holes += end - p;
+                break;
+            }
+        };
+        holes += data - p;
+        p = seek(data, bindings::SEEK_HOLE)?.ok_or(ENXIO)?;
+    }
+    Ok(holes as u64)
+}

@@ -139,7 +139,7 @@ impl PciFunction {
     /// Identifies the function while it is referenced (its `struct pci_dev`),
     /// as `sys::pci_notify` names devices.
     pub(crate) fn id(&self) -> usize {
-        core::ptr::from_ref::<pci::Device>(&self.0) as usize
+        core::ptr::from_ref(self.as_pci()) as usize
     }
 
     /// The function's address, as `P2PDIRECT_PCI_ADDR()` encodes it.
@@ -265,8 +265,10 @@ impl UserPin {
 
     /// Whether every pinned page lies in `len` bytes of `mem` from `off`.
     pub(crate) fn within(&self, mem: &P2pMem, off: usize, len: usize) -> bool {
-        mem.phys(off)
-            .is_some_and(|phys| self.pages.all_within(phys, len as u64))
+        mem.range(off, len).is_ok()
+            && mem
+                .phys(off)
+                .is_some_and(|phys| self.pages.all_within(phys, len as u64))
     }
 
     /// Another reference to the pinned pages, for I/O: the pages stay

@@ -69,7 +69,8 @@ impl Context for PinContext {
     fn dma_map(&mut self, dev: &DmaDevice) -> Result<KVec<DmaSeg>> {
         let pin = self.pin.as_mut().ok_or(EINVAL)?;
         pin.dma_map(dev.pci().ok_or(ENODEV)?)?;
-        pin.dma_segs()
+        // A mapping nobody learns the segments of is undone at once.
+        pin.dma_segs().inspect_err(|_| pin.dma_unmap())
     }
 
     fn dma_unmap(&mut self) {

@@ -168,8 +168,13 @@ impl Pages {
                 // `Inner`'s drop frees the pages taken so far.
                 return Err(ENOMEM);
             }
-            // Cannot fail: the capacity was reserved.
-            let _ = pages.push(page, GFP_KERNEL);
+            if pages.push_within_capacity(page).is_err() {
+                // Unreachable (the capacity was reserved); never leak.
+                // SAFETY: allocated just above, not stored anywhere.
+                unsafe { bindings::__free_pages(page, 0) };
+                this.pages = pages;
+                return Err(ENOMEM);
+            }
         }
         this.pages = pages;
         Self::from_inner(this)

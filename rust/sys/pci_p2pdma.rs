@@ -62,17 +62,17 @@ pub(crate) fn bar_owner(phys: u64) -> Option<ARef<pci::Device>> {
             )
         };
         let dev = NonNull::new(cur)?;
-        // SAFETY: `dev` is a referenced `struct pci_dev`; its resources are
-        // read-only while it is bound or being walked.
-        let hit = unsafe { &(*dev.as_ptr()).resource }
-            .iter()
-            .take(bindings::PCI_STD_NUM_BARS as usize)
-            .any(|r| {
+        // SAFETY: the walk holds a reference on `dev`; `pci::Device` is a
+        // transparent wrapper of `struct pci_dev`.
+        let pdev = unsafe { dev.cast::<pci::Device>().as_ref() };
+        let hit = (0..bindings::PCI_STD_NUM_BARS).any(|bar| {
+            resource(pdev, bar).is_some_and(|r| {
                 r.flags & bindings::IORESOURCE_TYPE_BITS as usize
                     == bindings::IORESOURCE_MEM as usize
                     && phys >= r.start
                     && phys <= r.end
-            });
+            })
+        });
         if hit {
             // SAFETY: the walk's reference on `dev` is handed to the `ARef`;
             // `pci::Device` is a transparent wrapper of `struct pci_dev`.
@@ -98,14 +98,27 @@ pub(crate) fn bar_is_mem(dev: &pci::Device, bar: u32) -> bool {
     r.flags & bindings::IORESOURCE_MEM as usize != 0
 }
 
-/// BAR `bar`'s resource (standard BARs only).
-fn resource(dev: &pci::Device, bar: u32) -> Option<&bindings::resource> {
+/// BAR `bar`'s resource in `dev` (standard BARs only).
+fn resource_ptr(dev: &pci::Device, bar: u32) -> Option<*mut bindings::resource> {
     if bar >= bindings::PCI_STD_NUM_BARS {
         return None;
     }
-    // SAFETY: `dev` is a valid `struct pci_dev`; its resources live as long
-    // as it does and are read-only after enumeration.
-    unsafe { (*raw(dev)).resource.get(bar as usize) }
+    // SAFETY: `dev` is a valid `struct pci_dev`; `bar` indexes its array.
+    Some(unsafe {
+        (&raw mut (*raw(dev)).resource)
+            .cast::<bindings::resource>()
+            .add(bar as usize)
+    })
+}
+
+/// A copy of BAR `bar`'s resource, read without forming a reference: the
+/// PCI core may rewrite the resources of a device no driver holds (rescan,
+/// BAR resize) while it is walked.
+fn resource(dev: &pci::Device, bar: u32) -> Option<bindings::resource> {
+    let r = resource_ptr(dev, bar)?;
+    // SAFETY: `r` points into the live `struct pci_dev`; a racing update
+    // gives a stale or mixed value, which the callers treat as a hint.
+    Some(unsafe { core::ptr::read_volatile(r) })
 }
 
 /// The kernel's P2PDMA distance from `provider` to `client`, or `None`
@@ -202,7 +215,7 @@ pub(crate) fn bar_of_bus_addr(dev: &pci::Device, bus: u64) -> Option<(u32, u64, 
     (0..bindings::PCI_STD_NUM_BARS).find_map(|bar| {
         let r = resource(dev, bar)?;
         let len = if r.end >= r.start && r.end != 0 {
-            r.end - r.start + 1
+            (r.end - r.start).checked_add(1)?
         } else {
             0
         };
@@ -210,13 +223,13 @@ pub(crate) fn bar_of_bus_addr(dev: &pci::Device, bus: u64) -> Option<(u32, u64, 
             return None;
         }
         let mut region = bindings::pci_bus_region::default();
-        // SAFETY: `dev` and its bus are valid; `r` is one of its resources;
-        // `region` is our local.
+        // SAFETY: `dev` and its bus are valid; `r` is a copy of one of its
+        // resources, which the call only reads; `region` is our local.
         unsafe {
             bindings::pcibios_resource_to_bus(
                 (*raw(dev)).bus,
                 &mut region,
-                core::ptr::from_ref(r).cast_mut(),
+                core::ptr::from_ref(&r).cast_mut(),
             )
         };
         let start = region.start;

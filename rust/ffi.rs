@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The ffi room: the only place that touches C or holds `unsafe`.
+//! The ffi room: the domain-facing wrappers over `crate::sys` (PCI
+//! functions, user pins, I/O targets), the UAPI mirror and user copies, and
+//! the last few calls into the C shim that have no `sys` home yet.
 //!
-//! Domain rooms call the safe wrappers below. C APIs the kernel crate lacks
-//! (static inlines, headers it does not bind) go through `ffi/shim.c`, whose
-//! functions are declared by hand in [`shim`]; each wrapper states the
+//! The shim's functions (`ffi/shim.c`) are declared by bindgen from
+//! `ffi/shim.h` at build time (`crate::sys::c`); each wrapper states the
 //! invariants that make its call sound.
 
 pub(crate) mod uapi;
@@ -26,64 +27,6 @@ use kernel::{
 };
 
 use crate::sys::c as shim;
-
-kernel::sync::global_lock! {
-    // SAFETY: `Globals::init` initialises it first thing in module init,
-    // before the misc device that uses it is registered.
-    pub(crate) unsafe(uninit) static PEER_CLIENTS: Mutex<crate::peer_mem::Registry> =
-        crate::peer_mem::Registry::new();
-}
-
-/// The peer-memory client registry (a leaf lock: clients only take the mmap lock).
-pub(crate) fn peer_clients() -> kernel::sync::GlobalGuard<PEER_CLIENTS> {
-    PEER_CLIENTS.lock()
-}
-
-kernel::sync::global_lock! {
-    // SAFETY: `Globals::init` initialises it first thing in module init,
-    // before the misc device and debugfs file that use it are registered.
-    pub(crate) unsafe(uninit) static STATS: Mutex<crate::stats::Table> =
-        crate::stats::Table::new();
-}
-
-/// The statistics table (a leaf lock).
-pub(crate) fn stats() -> kernel::sync::GlobalGuard<STATS> {
-    STATS.lock()
-}
-
-/// The module's global state: set up first in module init, torn down last.
-///
-/// # Invariants
-///
-/// At most one `Globals` is ever created (the module struct holds it), so
-/// the globals are initialised exactly once, before any user.
-pub(crate) struct Globals(());
-
-impl Globals {
-    /// Initialises the globals. Only the module initializer calls this, once.
-    pub(crate) fn init() -> Self {
-        // SAFETY: called exactly once, from module init, before the misc
-        // device that uses the peer-memory registry is registered.
-        unsafe { PEER_CLIENTS.init() };
-        // SAFETY: as above, for the statistics.
-        unsafe { STATS.init() };
-        Self(())
-    }
-}
-
-impl Drop for Globals {
-    fn drop(&mut self) {
-        // Statics are never dropped: free the buffers here.
-        drop(core::mem::replace(
-            &mut *STATS.lock(),
-            crate::stats::Table::new(),
-        ));
-        drop(core::mem::replace(
-            &mut *PEER_CLIENTS.lock(),
-            crate::peer_mem::Registry::new(),
-        ));
-    }
-}
 
 /// Whether a rate-limited message may be printed now (10 per 5 s).
 pub(crate) fn ratelimit() -> bool {

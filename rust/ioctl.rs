@@ -373,7 +373,7 @@ fn stats(arg: usize, read_only: bool) -> Result<isize> {
     // A reset takes the counters out; if they cannot be copied to the
     // caller they are put back, so a failed STATS loses nothing.
     let (rows, taken) = {
-        let mut table = ffi::stats();
+        let mut table = crate::stats::table();
         let rows = table.to_uapi()?;
         let taken = if reset { Some(table.take()?) } else { None };
         (rows, taken)
@@ -383,7 +383,7 @@ fn stats(arg: usize, read_only: bool) -> Result<isize> {
     let copied = ffi::copy_slice_to_user(req.entries as usize, &rows[..room])
         .and_then(|()| ffi::copy_to_user(arg, &req));
     if let (Err(_), Some(taken)) = (&copied, taken) {
-        ffi::stats().put_back(taken);
+        crate::stats::table().put_back(taken);
     }
     copied?;
     Ok(0)

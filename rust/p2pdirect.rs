@@ -74,9 +74,10 @@ struct P2pDirect {
     peer_clients: peer_clients::Builtins,
     /// The storage engine's bio pool.
     bio_set: sys::bio::BioSet,
-    /// Global state (peer-memory registry, statistics): set up first,
-    /// torn down last.
-    globals: ffi::Globals,
+    /// The statistics table: set up first, torn down last.
+    stats: stats::Globals,
+    /// The peer-memory client registry.
+    peer_mem: peer_mem::Globals,
     /// Device memory's globals (providers, handles, the graveyard).
     devmem: devmem::Globals,
 }
@@ -91,7 +92,8 @@ impl kernel::InPlaceModule for P2pDirect {
         );
         let debugfs = kernel::debugfs::Dir::new(c"p2pdirect");
         try_pin_init!(Self {
-            globals: ffi::Globals::init(),
+            stats: stats::Globals::init(),
+            peer_mem: peer_mem::Globals::init(),
             devmem: devmem::Globals::init()?,
             bio_set: sys::bio::BioSet::new()?,
             peer_clients: peer_clients::Builtins::register()?,

@@ -153,7 +153,7 @@ impl Builtins {
     pub(crate) fn register() -> Result<Self> {
         let devmem: Arc<dyn Client> = Arc::new(DevmemClient, GFP_KERNEL)?;
         let user: Arc<dyn Client> = Arc::new(P2pdmaUserClient, GFP_KERNEL)?;
-        let mut reg = ffi::peer_clients();
+        let mut reg = crate::peer_mem::clients();
         reg.register(devmem)?;
         reg.register(user)?;
         Ok(Self(()))
@@ -163,7 +163,7 @@ impl Builtins {
 impl Drop for Builtins {
     fn drop(&mut self) {
         // No context can be alive: every file is closed before module exit.
-        let mut reg = ffi::peer_clients();
+        let mut reg = crate::peer_mem::clients();
         for name in ["p2pdma-user", "p2pdirect-devmem"] {
             if let Err(e) = reg.unregister(name) {
                 pr_err!(

@@ -274,7 +274,7 @@ fn ask(clients: Snapshot, range: UserRange) -> Result<Claim> {
 /// Acquires `range` through the module's registry, whose lock is held only
 /// while the clients are listed.
 pub(crate) fn acquire(range: UserRange) -> Result<Claim> {
-    let clients = crate::ffi::peer_clients().snapshot()?;
+    let clients = clients().snapshot()?;
     ask(clients, range)
 }
 
@@ -463,5 +463,43 @@ mod tests {
     fn bad_ranges() {
         assert_eq!(UserRange::new(0x1000, 0).err(), Some(EINVAL));
         assert_eq!(UserRange::new(u64::MAX, 2).err(), Some(EINVAL));
+    }
+}
+
+kernel::sync::global_lock! {
+    // SAFETY: `Globals::init` initialises it first thing in module init,
+    // before the misc device that uses it is registered.
+    pub(crate) unsafe(uninit) static CLIENTS: Mutex<Registry> = Registry::new();
+}
+
+/// The peer-memory client registry (a leaf lock: held only to add, remove
+/// or snapshot clients, never across a client's callbacks).
+pub(crate) fn clients() -> kernel::sync::GlobalGuard<CLIENTS> {
+    CLIENTS.lock()
+}
+
+/// The registry's global: set up in module init before anything that uses
+/// it, torn down after.
+///
+/// # Invariants
+///
+/// At most one exists (the module struct holds it), so the registry is
+/// initialised exactly once, before any user.
+pub(crate) struct Globals(());
+
+impl Globals {
+    /// Initialises the registry. Only the module initializer calls this, once.
+    pub(crate) fn init() -> Self {
+        // SAFETY: called exactly once, from module init, before the misc
+        // device that uses the registry is registered.
+        unsafe { CLIENTS.init() };
+        Self(())
+    }
+}
+
+impl Drop for Globals {
+    fn drop(&mut self) {
+        // Statics are never dropped: free the registry's buffers here.
+        drop(core::mem::replace(&mut *CLIENTS.lock(), Registry::new()));
     }
 }

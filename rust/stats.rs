@@ -8,7 +8,7 @@
 //! One table under one lock, updated once per I/O: the lock is held for a
 //! few additions, never across I/O.
 
-use crate::ffi::{self, uapi};
+use crate::ffi::uapi;
 use kernel::prelude::*;
 
 /// What a row counts for.
@@ -198,7 +198,7 @@ pub(crate) struct Pinned {
 
 impl Pinned {
     pub(crate) fn new(provider: u32, bytes: u64) -> Self {
-        if let Ok(c) = ffi::stats().row(Key::Provider(provider)) {
+        if let Ok(c) = table().row(Key::Provider(provider)) {
             c.pinned += bytes;
             return Self { provider, bytes };
         }
@@ -212,7 +212,7 @@ impl Drop for Pinned {
         if self.bytes == 0 {
             return;
         }
-        if let Ok(c) = ffi::stats().row(Key::Provider(self.provider)) {
+        if let Ok(c) = table().row(Key::Provider(self.provider)) {
             c.pinned = c.pinned.saturating_sub(self.bytes);
         }
     }
@@ -265,7 +265,7 @@ impl DebugfsStats {
             "lat_avg_us",
             "lat_max_us"
         )?;
-        for (k, c) in ffi::stats().rows() {
+        for (k, c) in table().rows() {
             match *k {
                 Key::Provider(a) => write!(f, "{:<8} {:<12} ", "provider", Bdf(a))?,
                 Key::Block(d) => write!(f, "{:<8} {:>5}:{:<6} ", "block", d >> 20, d & 0xfffff)?,
@@ -291,7 +291,7 @@ impl DebugfsStats {
     }
 
     pub(crate) fn write(_: &Self, _: &mut kernel::uaccess::UserSliceReader) -> Result {
-        ffi::stats().reset();
+        table().reset();
         Ok(())
     }
 }
@@ -358,5 +358,42 @@ mod tests {
         let c = &t.rows()[0].1;
         assert_eq!((c.reads, c.bytes_read, c.lat_max_ns), (0, 0, 0));
         assert_eq!(c.pinned, 1 << 20);
+    }
+}
+
+kernel::sync::global_lock! {
+    // SAFETY: `Globals::init` initialises it first thing in module init,
+    // before the misc device and debugfs file that use it are registered.
+    pub(crate) unsafe(uninit) static TABLE: Mutex<Table> = Table::new();
+}
+
+/// The statistics table (a leaf lock).
+pub(crate) fn table() -> kernel::sync::GlobalGuard<TABLE> {
+    TABLE.lock()
+}
+
+/// The table's global: set up in module init before anything that counts,
+/// torn down after.
+///
+/// # Invariants
+///
+/// At most one exists (the module struct holds it), so the table is
+/// initialised exactly once, before any user.
+pub(crate) struct Globals(());
+
+impl Globals {
+    /// Initialises the table. Only the module initializer calls this, once.
+    pub(crate) fn init() -> Self {
+        // SAFETY: called exactly once, from module init, before the misc
+        // device and the debugfs file that use the table are registered.
+        unsafe { TABLE.init() };
+        Self(())
+    }
+}
+
+impl Drop for Globals {
+    fn drop(&mut self) {
+        // Statics are never dropped: free the table's buffers here.
+        drop(core::mem::replace(&mut *TABLE.lock(), Table::new()));
     }
 }

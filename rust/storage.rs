@@ -436,7 +436,7 @@ impl TaskWork for AsyncRw<UringIo> {
 fn record(write: bool, keys: &Keys, r: &Result<Done>, start: Instant<Monotonic>) {
     crate::devmem::reap();
     let d = r.as_ref().copied().unwrap_or_default();
-    ffi::stats().add(
+    crate::stats::table().add(
         &[keys.provider.map(Key::Provider), keys.block.map(Key::Block)],
         &IoRecord {
             write,

@@ -107,7 +107,8 @@ impl BarDriver {
             pdev.enable_device_mem()?;
             ffi::p2pdma_add_bar(pdev, MEM_BAR)?;
             let size = usize::try_from(len).map_err(|_| EINVAL)?;
-            let mem = P2pMem::alloc(PciFunction::from_pci(pdev).aref(), size)?;
+            let dev: &pci::Device = pdev;
+            let mem = P2pMem::alloc(dev.into(), size)?;
             let provider = Provider::register_bar(PciFunction::from_pci(pdev), MEM_BAR, mem)?;
             dev_info!(
                 pdev,

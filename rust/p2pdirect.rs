@@ -92,8 +92,8 @@ impl kernel::InPlaceModule for P2pDirect {
         );
         let debugfs = kernel::debugfs::Dir::new(c"p2pdirect");
         try_pin_init!(Self {
-            stats: stats::Globals::init(),
-            peer_mem: peer_mem::Globals::init(),
+            stats: stats::Globals::init()?,
+            peer_mem: peer_mem::Globals::init()?,
             devmem: devmem::Globals::init()?,
             bio_set: sys::bio::BioSet::new()?,
             peer_clients: peer_clients::Builtins::register()?,

@@ -466,40 +466,12 @@ mod tests {
     }
 }
 
-kernel::sync::global_lock! {
-    // SAFETY: `Globals::init` initialises it first thing in module init,
-    // before the misc device that uses it is registered.
-    pub(crate) unsafe(uninit) static CLIENTS: Mutex<Registry> = Registry::new();
-}
-
-/// The peer-memory client registry (a leaf lock: held only to add, remove
-/// or snapshot clients, never across a client's callbacks).
-pub(crate) fn clients() -> kernel::sync::GlobalGuard<CLIENTS> {
-    CLIENTS.lock()
-}
-
-/// The registry's global: set up in module init before anything that uses
-/// it, torn down after.
-///
-/// # Invariants
-///
-/// At most one exists (the module struct holds it), so the registry is
-/// initialised exactly once, before any user.
-pub(crate) struct Globals(());
-
-impl Globals {
-    /// Initialises the registry. Only the module initializer calls this, once.
-    pub(crate) fn init() -> Self {
-        // SAFETY: called exactly once, from module init, before the misc
-        // device that uses the registry is registered.
-        unsafe { CLIENTS.init() };
-        Self(())
-    }
-}
-
-impl Drop for Globals {
-    fn drop(&mut self) {
-        // Statics are never dropped: free the registry's buffers here.
-        drop(core::mem::replace(&mut *CLIENTS.lock(), Registry::new()));
-    }
+crate::sys::global::global_mutex! {
+    static CLIENTS: Registry = Registry::new();
+    /// The registry's global: set up in module init before anything that
+    /// uses it, emptied after.
+    pub(crate) struct Globals;
+    /// The peer-memory client registry (a leaf lock: held only to add,
+    /// remove or snapshot clients, never across a client's callbacks).
+    pub(crate) fn clients;
 }

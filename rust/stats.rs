@@ -361,39 +361,11 @@ mod tests {
     }
 }
 
-kernel::sync::global_lock! {
-    // SAFETY: `Globals::init` initialises it first thing in module init,
-    // before the misc device and debugfs file that use it are registered.
-    pub(crate) unsafe(uninit) static TABLE: Mutex<Table> = Table::new();
-}
-
-/// The statistics table (a leaf lock).
-pub(crate) fn table() -> kernel::sync::GlobalGuard<TABLE> {
-    TABLE.lock()
-}
-
-/// The table's global: set up in module init before anything that counts,
-/// torn down after.
-///
-/// # Invariants
-///
-/// At most one exists (the module struct holds it), so the table is
-/// initialised exactly once, before any user.
-pub(crate) struct Globals(());
-
-impl Globals {
-    /// Initialises the table. Only the module initializer calls this, once.
-    pub(crate) fn init() -> Self {
-        // SAFETY: called exactly once, from module init, before the misc
-        // device and the debugfs file that use the table are registered.
-        unsafe { TABLE.init() };
-        Self(())
-    }
-}
-
-impl Drop for Globals {
-    fn drop(&mut self) {
-        // Statics are never dropped: free the table's buffers here.
-        drop(core::mem::replace(&mut *TABLE.lock(), Table::new()));
-    }
+crate::sys::global::global_mutex! {
+    static TABLE: Table = Table::new();
+    /// The table's global: set up in module init before anything that
+    /// counts, emptied after.
+    pub(crate) struct Globals;
+    /// The statistics table (a leaf lock).
+    pub(crate) fn table;
 }

@@ -9,6 +9,7 @@ pub(crate) mod blkdev;
 pub(crate) mod dma;
 pub(crate) mod file;
 pub(crate) mod fs;
+pub(crate) mod global;
 pub(crate) mod gup;
 pub(crate) mod miscdev;
 pub(crate) mod page_ref;

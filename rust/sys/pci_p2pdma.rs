@@ -20,6 +20,12 @@ fn raw(dev: &pci::Device) -> *mut bindings::pci_dev {
     core::ptr::from_ref(dev).cast_mut().cast()
 }
 
+/// The function's `struct device`.
+fn raw_device(dev: &pci::Device) -> *mut bindings::device {
+    // SAFETY: `dev` is a valid `struct pci_dev`, which embeds its device.
+    unsafe { &raw mut (*raw(dev)).dev }
+}
+
 /// The function's PCI segment (domain), bus number and devfn.
 fn location(dev: &pci::Device) -> (u32, u32, u32) {
     let pdev = raw(dev);
@@ -124,9 +130,7 @@ fn resource(dev: &pci::Device, bar: u32) -> Option<bindings::resource> {
 /// The kernel's P2PDMA distance from `provider` to `client`, or `None`
 /// when they cannot reach each other.
 pub(crate) fn distance(provider: &pci::Device, client: &pci::Device) -> Option<u32> {
-    let mut clients = [core::ptr::from_ref(client.as_ref())
-        .cast_mut()
-        .cast::<bindings::device>()];
+    let mut clients = [raw_device(client)];
     // SAFETY: both devices are valid; the array holds one client device.
     let d = unsafe {
         bindings::pci_p2pdma_distance_many(raw(provider), clients.as_mut_ptr(), 1, false)
@@ -181,9 +185,7 @@ pub(crate) fn nvme_controllers() -> Result<KVec<ARef<pci::Device>>> {
 /// private to the PCI core): the published provider closest to a device is
 /// the device itself, at distance 0, exactly when it published.
 pub(crate) fn has_published_p2pmem(dev: &pci::Device) -> bool {
-    let mut clients = [core::ptr::from_ref(dev.as_ref())
-        .cast_mut()
-        .cast::<bindings::device>()];
+    let mut clients = [raw_device(dev)];
     // SAFETY: the array holds one valid device; the result is referenced.
     let closest = unsafe { bindings::pci_p2pmem_find_many(clients.as_mut_ptr(), 1) };
     let published = closest == raw(dev);

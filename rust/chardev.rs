@@ -10,20 +10,19 @@ use crate::{
     error::refuse,
     ffi::{self, FileMapping},
     registration::{self, FileRegs},
-    storage::DmaHint,
+    storage::{DmaHint, IoOwner},
     sys::{
         miscdev::{MiscUringCmd, OwnedMiscDevice},
         uring_cmd::UringCmd,
     },
 };
-use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::VmaNew,
     new_mutex, new_spinlock,
     prelude::*,
-    sync::{Arc, Mutex, SpinLock},
+    sync::{atomic::Atomic, Arc, Mutex, SpinLock},
 };
 
 /// The registration the crate root holds: its open files (and so their
@@ -46,19 +45,23 @@ pub(crate) struct OpenFile {
     #[pin]
     regs: Mutex<FileRegs>,
     /// io_uring commands of this file in flight.
-    uring_inflight: Arc<AtomicU32>,
+    uring_inflight: Arc<Atomic<u32>>,
     /// The DMA device of the block device of the last I/O (see storage).
     #[pin]
     dma_hint: SpinLock<Option<DmaHint>>,
 }
 
-/// A place among the io_uring commands a file may have in flight, held
-/// until the command completes.
-pub(crate) struct UringSlot(Arc<AtomicU32>);
+impl IoOwner for OpenFile {
+    fn registration(&self, id: u64) -> Result<Arc<registration::RegEntry>> {
+        registration::find(&self.regs.lock(), id)
+    }
 
-impl Drop for UringSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Release);
+    fn dma_hint(&self) -> &SpinLock<Option<DmaHint>> {
+        &self.dma_hint
+    }
+
+    fn uring_inflight(&self) -> &Arc<Atomic<u32>> {
+        &self.uring_inflight
     }
 }
 
@@ -111,34 +114,9 @@ impl OpenFile {
         registration::deregister(&mut self.regs.lock(), id)
     }
 
-    /// A registration of this file, for I/O (`ENOENT` if unknown).
-    pub(crate) fn registration(
-        &self,
-        id: u64,
-    ) -> Result<kernel::sync::Arc<registration::RegEntry>> {
-        registration::find(&self.regs.lock(), id)
-    }
-
     /// P2PDIRECT_IOC_REG_QUERY.
     pub(crate) fn reg_state(&self, id: u64) -> Result<u32> {
         registration::query(&self.regs.lock(), id)
-    }
-
-    /// The file's hint of the DMA device of its I/O target (see storage).
-    pub(crate) fn dma_hint(&self) -> &SpinLock<Option<DmaHint>> {
-        &self.dma_hint
-    }
-
-    /// A place for one more io_uring command in flight (`EBUSY` past
-    /// `P2PDIRECT_URING_MAX_INFLIGHT`).
-    pub(crate) fn uring_slot(&self) -> Result<UringSlot> {
-        let max = crate::ffi::uapi::P2PDIRECT_URING_MAX_INFLIGHT;
-        self.uring_inflight
-            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .map_err(|_| EBUSY)?;
-        Ok(UringSlot(self.uring_inflight.clone()))
     }
 
     /// P2PDIRECT_IOC_FREE: revokes the memory from every user at once and
@@ -166,7 +144,7 @@ impl MiscDevice for OpenFile {
             try_pin_init!(OpenFile {
                 allocs <- new_mutex!(KVec::new()),
                 regs <- new_mutex!(FileRegs::new()),
-                uring_inflight: Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
+                uring_inflight: Arc::new(Atomic::new(0), GFP_KERNEL)?,
                 dma_hint <- new_spinlock!(None),
             }),
             GFP_KERNEL,

@@ -41,12 +41,12 @@ use crate::{
 use kernel::{
     id_pool::IdPool,
     mm::virt::VmaNew,
-    new_mutex,
+    new_condvar, new_mutex,
     page::PAGE_SIZE,
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
-        Arc, Mutex,
+        Arc, CondVar, CondVarTimeoutResult, Mutex,
     },
 };
 
@@ -83,7 +83,19 @@ pub(crate) struct Provider {
     pub(crate) bus_addr: u64,
     #[pin]
     inner: Mutex<ProviderInner>,
+    /// How many of its allocations were given back so far (a leaf lock,
+    /// after `inner`): what `wait_idle` sleeps on.
+    #[pin]
+    reaped: Mutex<u64>,
+    /// Notified each time an allocation of the provider is given back.
+    #[pin]
+    idle: CondVar,
 }
+
+/// How long `wait_idle` sleeps before it looks again without being woken:
+/// a pin taken outside p2pdirect (another driver's GUP of a user mapping)
+/// tells nobody when it goes.
+const FOREIGN_PIN_RECHECK_MS: u32 = 1000;
 
 /// Snapshot of a provider's usage.
 pub(crate) struct Usage {
@@ -96,60 +108,67 @@ const MMAP_SHIFT: u32 = 40;
 /// Handles are below this: `handle << MMAP_SHIFT` is a valid file offset.
 const MAX_HANDLES: usize = 1 << 20;
 
-kernel::sync::global_lock! {
-    // SAFETY: `init` initialises it first thing in module init, before the
-    // PCI driver or the misc device that use it are registered.
-    unsafe(uninit) static PROVIDERS: Mutex<KVec<Arc<Provider>>> = KVec::new();
+crate::sys::global::global_mutex! {
+    static PROVIDERS: KVec<Arc<Provider>> = KVec::new();
+    /// The provider list's global.
+    pub(crate) struct ProvidersGlobal;
+    /// Every provider, by index (lock order 4).
+    fn provider_list;
 }
 
-kernel::sync::global_lock! {
-    // SAFETY: as for `PROVIDERS`.
-    unsafe(uninit) static HANDLES: Mutex<Option<IdPool>> = None;
+crate::sys::global::global_mutex! {
+    static HANDLES: Option<IdPool> = None;
+    /// The handle pool's global.
+    pub(crate) struct HandlesGlobal;
+    /// The allocation handles in use (lock order 6).
+    fn handles;
 }
 
-kernel::sync::global_lock! {
-    // SAFETY: as for `PROVIDERS`.
-    unsafe(uninit) static DYING: Mutex<KVec<usize>> = KVec::new();
+crate::sys::global::global_mutex! {
+    static DYING: KVec<usize> = KVec::new();
+    /// The unbinding list's global.
+    pub(crate) struct DyingGlobal;
+    /// Devices whose driver is unbinding: never added back meanwhile
+    /// (lock order 6).
+    fn dying;
 }
 
-kernel::sync::global_lock! {
-    // SAFETY: as for `PROVIDERS`.
-    unsafe(uninit) static GRAVEYARD: Mutex<KVec<Arc<AllocState>>> = KVec::new();
+crate::sys::global::global_mutex! {
+    static GRAVEYARD: KVec<Arc<AllocState>> = KVec::new();
+    /// The graveyard's global.
+    pub(crate) struct GraveyardGlobal;
+    /// Revoked allocations waiting for their last pin (lock order 4).
+    fn graveyard;
 }
 
 /// The device-memory room's globals: set up first in module init, torn
 /// down last (after every provider and file went).
-///
-/// # Invariants
-///
-/// At most one exists (the module struct holds it), so the globals above
-/// are initialised exactly once, before any user.
-pub(crate) struct Globals(());
+pub(crate) struct Globals {
+    _providers: ProvidersGlobal,
+    _dying: DyingGlobal,
+    _handles: HandlesGlobal,
+    _graveyard: GraveyardGlobal,
+}
 
 impl Globals {
-    /// Initialises the globals. Only the module initializer calls this, once.
+    /// Initialises the globals, once (`EBUSY` on a second call).
     pub(crate) fn init() -> Result<Self> {
-        // SAFETY: called exactly once, from module init, before the PCI
-        // driver and the misc device that use them are registered.
-        unsafe {
-            PROVIDERS.init();
-            DYING.init();
-            HANDLES.init();
-            GRAVEYARD.init();
-        }
-        *HANDLES.lock() = Some(IdPool::with_capacity(256, GFP_KERNEL)?);
-        Ok(Self(()))
+        let g = Self {
+            _providers: ProvidersGlobal::init()?,
+            _dying: DyingGlobal::init()?,
+            _handles: HandlesGlobal::init()?,
+            _graveyard: GraveyardGlobal::init()?,
+        };
+        *handles() = Some(IdPool::with_capacity(256, GFP_KERNEL)?);
+        Ok(g)
     }
 }
 
 impl Drop for Globals {
     fn drop(&mut self) {
-        // Every file and device is gone: nothing is pinned any more.
+        // Every file and device is gone: what is left waits for pins held
+        // outside p2pdirect, if any. The tokens then empty each global.
         reap_at_exit();
-        drop(core::mem::take(&mut *PROVIDERS.lock()));
-        drop(core::mem::take(&mut *DYING.lock()));
-        drop(core::mem::take(&mut *GRAVEYARD.lock()));
-        drop(HANDLES.lock().take());
     }
 }
 
@@ -158,7 +177,7 @@ struct Handle(u64);
 
 impl Handle {
     fn acquire() -> Result<Self> {
-        let mut guard = HANDLES.lock();
+        let mut guard = handles();
         loop {
             let pool = guard.as_mut().ok_or(ENODEV)?;
             if let Some(id) = pool.find_unused_id(1) {
@@ -170,7 +189,7 @@ impl Handle {
             let req = pool.grow_request().ok_or(ENOSPC)?;
             drop(guard);
             let resizer = req.realloc(GFP_KERNEL)?;
-            guard = HANDLES.lock();
+            guard = handles();
             if let Some(pool) = guard.as_mut() {
                 pool.grow(resizer);
             }
@@ -180,7 +199,7 @@ impl Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        if let Some(pool) = HANDLES.lock().as_mut() {
+        if let Some(pool) = handles().as_mut() {
             pool.release_id(self.0 as usize);
         }
     }
@@ -211,6 +230,8 @@ impl Provider {
                     published_used: 0,
                     gone: false,
                 }),
+                reaped <- new_mutex!(0),
+                idle <- new_condvar!(),
             }),
             GFP_KERNEL,
         )
@@ -221,7 +242,7 @@ impl Provider {
         let (size, bus) = (mem.size() as u64, mem.bus_addr(0));
         let mem = Arc::new(mem, GFP_KERNEL)?;
         let provider = Self::new(Kind::Bar, pdev, bar, size, bus, Some(mem))?;
-        PROVIDERS.lock().push(provider.clone(), GFP_KERNEL)?;
+        provider_list().push(provider.clone(), GFP_KERNEL)?;
         Ok(provider)
     }
 
@@ -230,7 +251,7 @@ impl Provider {
     /// gets SIGBUS), wait until the last in-flight I/O let go of the pages,
     /// and give the memory back to the P2PDMA pool.
     pub(crate) fn unregister(&self) {
-        PROVIDERS.lock().retain(|p| p.index != self.index);
+        provider_list().retain(|p| p.index != self.index);
         self.wait_idle();
         let mut inner = self.inner.lock();
         inner.ranges.clear();
@@ -275,25 +296,50 @@ impl Provider {
     }
 
     /// Waits until every allocation of the provider was revoked and given
-    /// back, sleeping between tries without a lock held: the pins it waits
-    /// for are I/O in flight or another driver's transient pin.
+    /// back. The last pin of p2pdirect's own (an I/O ending, a registration
+    /// dropped) reaps and wakes this; a pin taken outside p2pdirect is
+    /// looked at again every `FOREIGN_PIN_RECHECK_MS`. No lock of
+    /// p2pdirect's is held while it sleeps (the condition variable drops
+    /// `reaped`).
     fn wait_idle(&self) {
-        let mut waited = 0u32;
+        let mut waited_ms = 0u32;
         loop {
+            let seen = *self.reaped.lock();
             self.revoke_all();
             if self.reap_all() {
                 reap();
                 return;
             }
-            if waited % 500 == 499 {
+            let mut guard = self.reaped.lock();
+            if *guard != seen {
+                // Something was given back since the look above: look again.
+                continue;
+            }
+            let timeout = kernel::time::msecs_to_jiffies(FOREIGN_PIN_RECHECK_MS);
+            match self.idle.wait_interruptible_timeout(&mut guard, timeout) {
+                CondVarTimeoutResult::Woken { .. } => {}
+                CondVarTimeoutResult::Timeout => waited_ms += FOREIGN_PIN_RECHECK_MS,
+                CondVarTimeoutResult::Signal { .. } => {
+                    // Removal is not interruptible; without a lock, sleep
+                    // out a short while instead of spinning on the signal.
+                    drop(guard);
+                    kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
+                    waited_ms += 10;
+                }
+            }
+            if waited_ms != 0 && waited_ms % 5000 == 0 {
                 pr_warn!(
                     "provider {}: freed memory still pinned by I/O; waiting for it to end\n",
                     self.index
                 );
             }
-            waited += 1;
-            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
         }
+    }
+
+    /// Counts an allocation given back and wakes `wait_idle`.
+    fn note_reaped(&self) {
+        *self.reaped.lock() += 1;
+        self.idle.notify_all();
     }
 
     pub(crate) fn usage(&self) -> Usage {
@@ -320,12 +366,12 @@ impl Provider {
 /// device whose driver is unbinding is never added back.
 pub(crate) fn refresh_published() -> Result {
     let found = PciFunction::with_published_p2pmem()?;
-    let mut list = PROVIDERS.lock();
+    let mut list = provider_list();
     for f in found {
         let known = list
             .iter()
             .any(|p| p.kind == Kind::Published && p.pdev.addr() == f.addr());
-        if known || DYING.lock().iter().any(|&id| id == f.id()) {
+        if known || dying().iter().any(|&id| id == f.id()) {
             continue;
         }
         // One page tells which BAR the pool lives in; the owner may also
@@ -354,10 +400,10 @@ impl crate::sys::pci_notify::PciUnbind for PublishedUnbind {
         // Never added back until the driver is gone (`unbound`); if the
         // mark cannot be kept, a LIST meanwhile may re-add the provider,
         // whose allocations the owner's teardown then waits for.
-        let _ = DYING.lock().push(id, GFP_KERNEL);
+        let _ = dying().push(id, GFP_KERNEL);
         loop {
             let gone = {
-                let mut list = PROVIDERS.lock();
+                let mut list = provider_list();
                 match list
                     .iter()
                     .position(|p| p.kind == Kind::Published && p.pdev.id() == id)
@@ -376,13 +422,13 @@ impl crate::sys::pci_notify::PciUnbind for PublishedUnbind {
     }
 
     fn unbound(id: usize) {
-        DYING.lock().retain(|d| *d != id);
+        dying().retain(|d| *d != id);
     }
 }
 
 /// Finds a provider by index.
 pub(crate) fn provider(index: u32) -> Option<Arc<Provider>> {
-    let find = || PROVIDERS.lock().iter().find(|p| p.index == index).cloned();
+    let find = || provider_list().iter().find(|p| p.index == index).cloned();
     // A provider published since the last LIST is found on a second look.
     find().or_else(|| refresh_published().ok().and_then(|()| find()))
 }
@@ -390,7 +436,7 @@ pub(crate) fn provider(index: u32) -> Option<Arc<Provider>> {
 /// Every provider now, by index.
 pub(crate) fn providers() -> Result<KVec<Arc<Provider>>> {
     refresh_published()?;
-    let list = PROVIDERS.lock();
+    let list = provider_list();
     let mut out = KVec::with_capacity(list.len(), GFP_KERNEL)?;
     for p in list.iter() {
         out.push(p.clone(), GFP_KERNEL)?;
@@ -496,7 +542,7 @@ impl AllocState {
         // is still found in its provider's list by the next ALLOC there and
         // by device removal (`Provider::reap_all`).
         {
-            let mut graves = GRAVEYARD.lock();
+            let mut graves = graveyard();
             let _ = graves.push(self.clone(), GFP_KERNEL);
             let _ = BURIED.xchg(graves.len(), Full);
         }
@@ -532,6 +578,8 @@ impl AllocState {
             None => {}
         }
         p.allocs.retain(|s| !core::ptr::eq(&**s, self));
+        drop(p);
+        self.provider.note_reaped();
         true
     }
 }
@@ -565,25 +613,19 @@ pub(crate) fn reap() {
     if BURIED.load(Acquire) == 0 {
         return;
     }
-    let mut graves = GRAVEYARD.lock();
+    let mut graves = graveyard();
     graves.retain(|s| !s.try_reap());
     let _ = BURIED.xchg(graves.len(), Full);
 }
 
-/// Module exit: every file and device is gone, so every pin went; what is
-/// left in the graveyard goes now.
+/// Module exit: every file and device is gone, so every pin of p2pdirect's
+/// went; each provider left (published memory whose driver stays) waits for
+/// pins taken outside p2pdirect, as device removal does.
 fn reap_at_exit() {
-    let mut waited = 0u32;
-    loop {
-        reap();
-        if GRAVEYARD.lock().is_empty() {
-            return;
-        }
-        if waited % 500 == 499 {
-            pr_warn!("freed memory still pinned at module exit; waiting\n");
-        }
-        waited += 1;
-        kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
+    reap();
+    let list = core::mem::take(&mut *provider_list());
+    for p in list.iter() {
+        p.wait_idle();
     }
 }
 

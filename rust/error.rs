@@ -59,7 +59,7 @@ pub(crate) fn edquot() -> Error {
 /// a rate-limited message saying why, so the caller learns what to fix.
 macro_rules! refuse {
     ($err:expr, $($fmt:tt)*) => {{
-        if $crate::ffi::ratelimit() {
+        if $crate::sys::ratelimit::allow() {
             ::kernel::pr_info!($($fmt)*);
         }
         return Err($err);

@@ -1,39 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The ffi room: the domain-facing wrappers over `crate::sys` (PCI
-//! functions, user pins, I/O targets), the UAPI mirror and user copies, and
-//! the last few calls into the C shim that have no `sys` home yet.
-//!
-//! The shim's functions (`ffi/shim.c`) are declared by bindgen from
-//! `ffi/shim.h` at build time (`crate::sys::c`); each wrapper states the
-//! invariants that make its call sound.
+//! functions, user pins, I/O targets), the UAPI mirror and user copies.
+//! Nothing here calls C: every call into the kernel or the shim is made
+//! by `crate::sys`.
 
 pub(crate) mod uapi;
 
-pub(crate) use crate::sys::blkdev::DmaLeg;
+pub(crate) use crate::sys::blkdev::{DmaLeg, Limits};
 pub(crate) use crate::sys::gup::{user_addr_is_p2pdma, Pages};
 pub(crate) use crate::sys::pci_p2pdma::{add_bar as p2pdma_add_bar, bar_is_mem, P2pMem};
 use crate::sys::{blkdev::BlockDevice, dma::DmaMapping, file as sys_file, pci_p2pdma};
-pub(crate) use crate::sys::{file::FileMapping, vma::vma_offset};
+pub(crate) use crate::sys::{
+    file::FileMapping,
+    vma::{may_share as vma_may_share, vma_offset},
+};
 
 use kernel::{
     fs::File,
-    mm::virt::VmaNew,
     pci,
     prelude::*,
     sync::aref::ARef,
     transmute::{AsBytes, FromBytes},
     uaccess::{UserPtr, UserSlice},
 };
-
-use crate::sys::c as shim;
-
-/// Whether a rate-limited message may be printed now (10 per 5 s).
-pub(crate) fn ratelimit() -> bool {
-    // SAFETY: takes no arguments and only touches the shim's static
-    // ratelimit state, which `__ratelimit` locks itself.
-    unsafe { shim::p2pdirect_ratelimit() }
-}
 
 /// Reads a UAPI struct from the user address `arg`; `EFAULT` if unreadable.
 pub(crate) fn copy_from_user<T: FromBytes>(arg: usize) -> Result<T> {
@@ -221,10 +211,6 @@ impl UserPin {
     }
 }
 
-/// What the bio builder needs to know about a block device (the shim's
-/// `struct p2pdirect_limits`, as bindgen declares it).
-pub(crate) type Limits = shim::p2pdirect_limits;
-
 /// The target of a READ or WRITE: a block device or a regular file with a
 /// block device below, open in the calling process with O_DIRECT.
 ///
@@ -247,11 +233,9 @@ impl IoFile {
         self.is_bdev
     }
 
+    /// The limits of the block device the I/O goes to.
     pub(crate) fn limits(&self) -> Limits {
-        let mut l = Limits::default();
-        // SAFETY: the file is valid (type invariant); `l` is our local.
-        unsafe { shim::p2pdirect_io_limits(self.file.as_ptr(), &mut l) };
-        l
+        self.bdev().limits()
     }
 
     /// The block device the I/O goes to (a file's: its file system's).
@@ -263,8 +247,7 @@ impl IoFile {
     /// range may wait (dirty pages to write back; for a WRITE, cached pages
     /// to drop).
     pub(crate) fn bdev_cache_busy(&self, pos: u64, len: u64, write: bool) -> bool {
-        // SAFETY: the file is valid (type invariant).
-        unsafe { shim::p2pdirect_bdev_cache_busy(self.file.as_ptr(), pos, len, write) }
+        sys_file::bdev_cache_busy(&self.file, pos, len, write)
     }
 
     /// Raw block devices: writes back cached dirty data of the range.
@@ -280,8 +263,7 @@ impl IoFile {
 
     /// The access or modify event read(2)/write(2) send after moving data.
     pub(crate) fn notify(&self, write: bool) {
-        // SAFETY: the file is valid (type invariant).
-        unsafe { shim::p2pdirect_fsnotify(self.file.as_ptr(), write) };
+        sys_file::notify_rw(&self.file, write);
     }
 
     /// Files: whether the file system serves O_DIRECT on this file through
@@ -310,12 +292,4 @@ impl IoFile {
     pub(crate) fn hole_bytes(&self, pos: u64, len: u64) -> Result<u64> {
         sys_file::hole_bytes(&self.file, pos, len)
     }
-}
-
-/// Whether `vma` is a shared mapping (`MAP_SHARED`: `VM_MAYSHARE`).
-///
-/// Not `kernel::mm::virt::flags::MAYSHARE`: Linux 7.2 binds that to `VM_MAYEXEC`.
-pub(crate) fn vma_may_share(vma: &VmaNew) -> bool {
-    // SAFETY: `vma` is a valid VMA under setup; reading its flags is fine.
-    unsafe { shim::p2pdirect_vma_may_share(vma.as_ptr()) }
 }

@@ -193,7 +193,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
     // the memory too.
     let (dev, others) = legs.split_first().ok_or(ENODEV)?;
     let mut claim = peer_mem::acquire(range).inspect_err(|e| {
-        if *e == ENXIO && ffi::ratelimit() {
+        if *e == ENXIO && crate::sys::ratelimit::allow() {
             pr_info!(
                 "{:#x}+{:#x} is not device memory: no peer-memory client claims it\n",
                 req.addr,
@@ -205,7 +205,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
     let pages = claim.pages()?;
     for leg in others.iter().filter_map(|d| d.pci()) {
         if pages.reachable_by(leg.as_pci()).is_err() {
-            if ffi::ratelimit() {
+            if crate::sys::ratelimit::allow() {
                 pr_info!(
                     "{} memory at {:#x} is not reachable by PCI device {:#x}, a leg of fd {} \
                      (P2P distance)\n",
@@ -220,7 +220,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
     }
     drop(pages);
     let segs = claim.dma_map(dev).inspect_err(|e| {
-        if *e == eremoteio() && ffi::ratelimit() {
+        if *e == eremoteio() && crate::sys::ratelimit::allow() {
             pr_info!(
                 "{} memory at {:#x} is not reachable by PCI device {:#x} (P2P distance)\n",
                 claim.client,
@@ -403,7 +403,7 @@ fn unknown(cmd: u32) -> Error {
         ioctl::_IOC_NR(cmd),
         ioctl::_IOC_SIZE(cmd),
     );
-    if ty == u32::from(uapi::P2PDIRECT_IOCTL_MAGIC) && ffi::ratelimit() {
+    if ty == u32::from(uapi::P2PDIRECT_IOCTL_MAGIC) && crate::sys::ratelimit::allow() {
         pr_warn!(
             "ioctl 0x{:08x} (nr 0x{:02x}, size {}) is not a command of ABI {}.{}; \
              was the caller built against another p2pdirect.h?\n",

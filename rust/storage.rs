@@ -33,10 +33,10 @@
 //! runs as above, in io_uring's worker.
 
 use crate::{
-    chardev::{OpenFile, UringSlot},
     error::{eopnotsupp, eremoteio, refuse},
     ffi::{self, uapi, DmaLeg, IoFile, Limits, Pages, PciFunction},
     peer_mem::{self, UserRange},
+    registration::RegEntry,
     stats::{Bdf, IoRecord, Key, Pinned},
     sys::{
         bio::{self, AsyncBatch, AsyncOwner, Batch, BuildBios},
@@ -50,7 +50,11 @@ use kernel::{
     page::PAGE_SIZE,
     pci,
     prelude::*,
-    sync::aref::ARef,
+    sync::{
+        aref::ARef,
+        atomic::{Acquire, Atomic, Relaxed, Release},
+        Arc, SpinLock,
+    },
     time::{Instant, Monotonic},
 };
 
@@ -101,6 +105,45 @@ struct Memory {
     offset: u64,
 }
 
+/// What an I/O needs of the `/dev/p2pdirect` file it comes through: its
+/// registrations, its hint of the target's DMA device and its io_uring
+/// slots. The file implements it; storage knows nothing else of it.
+pub(crate) trait IoOwner {
+    /// Registration `id` of the file (`ENOENT` if there is none).
+    fn registration(&self, id: u64) -> Result<Arc<RegEntry>>;
+    /// The file's hint of the DMA device of its last I/O target.
+    fn dma_hint(&self) -> &SpinLock<Option<DmaHint>>;
+    /// The file's count of io_uring commands in flight.
+    fn uring_inflight(&self) -> &Arc<Atomic<u32>>;
+}
+
+/// A place among the io_uring commands a file may have in flight
+/// (`P2PDIRECT_URING_MAX_INFLIGHT`), held until the command completes.
+pub(crate) struct UringSlot(Arc<Atomic<u32>>);
+
+impl UringSlot {
+    /// Takes a place; `EBUSY` if all are taken.
+    fn take(count: &Arc<Atomic<u32>>) -> Result<Self> {
+        let max = uapi::P2PDIRECT_URING_MAX_INFLIGHT;
+        let mut n = count.load(Relaxed);
+        loop {
+            if n >= max {
+                return Err(EBUSY);
+            }
+            match count.cmpxchg(n, n + 1, Acquire) {
+                Ok(_) => return Ok(Self(count.clone())),
+                Err(now) => n = now,
+            }
+        }
+    }
+}
+
+impl Drop for UringSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Release);
+    }
+}
+
 /// The statistics rows an I/O counts in, as far as it got to learn them.
 #[derive(Default, Clone)]
 struct Keys {
@@ -109,7 +152,7 @@ struct Keys {
 }
 
 /// Runs one READ or WRITE for the file `me`, and counts it.
-pub(crate) fn run(me: &OpenFile, req: &Request) -> Result<Done> {
+pub(crate) fn run(me: &dyn IoOwner, req: &Request) -> Result<Done> {
     let start = Instant::<Monotonic>::now();
     let mut keys = Keys::default();
     let r = plan(me, req, &mut keys).and_then(|p| match p {
@@ -139,9 +182,9 @@ fn cqe(r: &Result<Done>) -> (i32, u64) {
 /// submitted here and their completion posts the CQE (through task work,
 /// in the submitter's task). The COMPAT bounce runs synchronously in
 /// io_uring's worker; what the checks finish at once is posted at once.
-pub(crate) fn submit_uring(me: &OpenFile, req: &Request, cmd: &mut UringCmd) -> Result<i32> {
-    let slot = me.uring_slot().inspect_err(|_| {
-        if ffi::ratelimit() {
+pub(crate) fn submit_uring(me: &dyn IoOwner, req: &Request, cmd: &mut UringCmd) -> Result<i32> {
+    let slot = UringSlot::take(me.uring_inflight()).inspect_err(|_| {
+        if crate::sys::ratelimit::allow() {
             pr_info!(
                 "{}: {} io_uring commands of this /dev/p2pdirect file are in flight already\n",
                 op_name(req.write),
@@ -507,13 +550,13 @@ fn moved(file: &IoFile, write: bool, done: Done, bytes: u64, zeroed: u64) -> Don
     }
 }
 
-fn plan(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Planned> {
+fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     let known = uapi::P2PDIRECT_IO_REGISTERED | uapi::P2PDIRECT_IO_COMPAT;
     if req.flags & !known != 0 || req.size == 0 {
         return Err(EINVAL);
     }
     let file = IoFile::from_fd(req.fd, req.write).inspect_err(|e| {
-        if *e == EINVAL && ffi::ratelimit() {
+        if *e == EINVAL && crate::sys::ratelimit::allow() {
             pr_info!(
                 "{}: fd {} must be a block device or regular file opened with O_DIRECT\n",
                 op_name(req.write),
@@ -524,7 +567,7 @@ fn plan(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Planned> {
     let lim = file.limits();
     keys.block = Some(lim.devt);
     check_alignment(req, &lim)?;
-    if req.write && lim.read_only != 0 {
+    if req.write && lim.read_only {
         return Err(EROFS);
     }
     // O_DIRECT that the file system serves through the page cache would be
@@ -572,7 +615,7 @@ fn plan(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Planned> {
     // refused or bounced below. Running out of memory is an error of its own.
     // Only a queue that takes P2PDMA pages needs them (the walk of a stacked
     // device scans the block devices: not for dm, loop or the page cache).
-    let legs = if cpu_path || lim.p2pdma == 0 {
+    let legs = if cpu_path || !lim.p2pdma {
         Legs::Walked(KVec::new())
     } else {
         dma_legs(me, &file)?
@@ -584,7 +627,7 @@ fn plan(me: &OpenFile, req: &Request, keys: &mut Keys) -> Result<Planned> {
             .map_or(0, |p| PciFunction::from_pci(p).addr()),
         ..Done::default()
     };
-    let reach = if cpu_path || lim.p2pdma == 0 || legs.len() == 0 {
+    let reach = if cpu_path || !lim.p2pdma || legs.len() == 0 {
         Err(None)
     } else {
         legs.pcis().enumerate().try_for_each(|(i, p)| {
@@ -649,7 +692,7 @@ fn check_alignment(req: &Request, lim: &Limits) -> Result {
         .iter()
         .any(|v| v % lbs != 0);
     if bad {
-        if ffi::ratelimit() {
+        if crate::sys::ratelimit::allow() {
             pr_info!(
                 "{}: size {:#x}, file offset {:#x}, buffer {:#x}+{:#x} must be multiples of \
                  the logical block size {}\n",
@@ -667,7 +710,7 @@ fn check_alignment(req: &Request, lim: &Limits) -> Result {
 }
 
 /// The pinned pages the I/O moves data into or out of.
-fn resolve_memory(me: &OpenFile, req: &Request, lim: &Limits) -> Result<Memory> {
+fn resolve_memory(me: &dyn IoOwner, req: &Request, lim: &Limits) -> Result<Memory> {
     // A READ writes the memory.
     let mem_written = !req.write;
     if req.flags & uapi::P2PDIRECT_IO_REGISTERED != 0 {
@@ -693,7 +736,7 @@ fn resolve_memory(me: &OpenFile, req: &Request, lim: &Limits) -> Result<Memory> 
     // A range that starts in a device-memory mapping and ends outside it is
     // refused by the registry's lookup (EFAULT).
     let mut claim = peer_mem::acquire(range).inspect_err(|e| {
-        if *e == ENXIO && ffi::ratelimit() {
+        if *e == ENXIO && crate::sys::ratelimit::allow() {
             pr_info!(
                 "{}: {:#x}+{:#x} is not device memory: no peer-memory client claims it\n",
                 op_name(req.write),
@@ -758,7 +801,7 @@ pub(crate) struct DmaHint {
 /// The DMA devices of `file`'s block device: the PCI function it sits on
 /// (from `me`'s hint if the last I/O went to the same live disk), or the
 /// legs of a stacked device, walked every time (they change).
-fn dma_legs(me: &OpenFile, file: &IoFile) -> Result<Legs> {
+fn dma_legs(me: &dyn IoOwner, file: &IoFile) -> Result<Legs> {
     let bdev = file.bdev();
     let id = bdev.identity();
     if !bdev.disk_dead() {
@@ -786,8 +829,8 @@ fn dma_legs(me: &OpenFile, file: &IoFile) -> Result<Legs> {
 /// The error (and a rate-limited message naming both devices) for memory
 /// the block device cannot reach.
 fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: usize) -> Error {
-    if lim.p2pdma == 0 {
-        if ffi::ratelimit() {
+    if !lim.p2pdma {
+        if crate::sys::ratelimit::allow() {
             pr_info!(
                 "{}: the block device of fd {} does not accept P2PDMA memory (its queue \
                  lacks BLK_FEAT_PCI_P2PDMA); set P2PDIRECT_IO_COMPAT to bounce through host \
@@ -798,7 +841,7 @@ fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: 
         }
         return eopnotsupp();
     }
-    if ffi::ratelimit() {
+    if crate::sys::ratelimit::allow() {
         match why.leg {
             _ if !why.tried => pr_info!(
                 "{}: fd {} is a block device whose DMA devices p2pdirect cannot find (no PCI \
@@ -860,7 +903,7 @@ fn file_zeroed(file: &IoFile, pos: u64, bytes: u64, write: bool) -> u64 {
         return 0;
     }
     file.hole_bytes(pos, bytes).unwrap_or_else(|e| {
-        if ffi::ratelimit() {
+        if crate::sys::ratelimit::allow() {
             pr_info!("READ: holes of the file not counted ({:?})\n", e);
         }
         0

@@ -131,20 +131,10 @@ void p2pdirect_fsnotify(struct file *f, bool write)
 		fsnotify_access(f);
 }
 
-/* What the bio builder needs to know about the block device behind @f. */
-void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l)
+/* Whether @bdev's queue accepts P2PDMA pages (BLK_FEAT_*: cast macros). */
+bool p2pdirect_bdev_p2pdma(struct block_device *bdev)
 {
-	struct block_device *bdev = S_ISBLK(file_inode(f)->i_mode) ? file_bdev(f) :
-				    file_inode(f)->i_sb->s_bdev;
-	struct request_queue *q = bdev_get_queue(bdev);
-
-	l->logical_block_size = bdev_logical_block_size(bdev);
-	l->max_bytes = queue_max_bytes(q);
-	l->max_segments = min_t(unsigned int, queue_max_segments(q), BIO_MAX_VECS);
-	l->p2pdma = blk_queue_pci_p2pdma(q) ? 1 : 0;
-	l->read_only = bdev_read_only(bdev) ? 1 : 0;
-	l->size = bdev_nr_bytes(bdev);
-	l->devt = bdev->bd_dev;	/* MAJOR << 20 | MINOR */
+	return blk_queue_pci_p2pdma(bdev_get_queue(bdev));
 }
 
 /*

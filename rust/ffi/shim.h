@@ -10,17 +10,6 @@
 #include <linux/mm_types.h>
 #include <linux/pci.h>
 
-/* What the bio builder needs to know about a block device. */
-struct p2pdirect_limits {
-	u32 logical_block_size;
-	u32 max_bytes;		/* per bio */
-	u32 max_segments;	/* per bio */
-	u32 p2pdma;		/* the queue accepts P2PDMA pages */
-	u32 read_only;
-	u32 devt;		/* dev_t of the block device: MAJOR << 20 | MINOR */
-	u64 size;		/* bytes */
-};
-
 bool p2pdirect_ratelimit(void);
 bool p2pdirect_file_may(struct file *f, bool write);
 bool p2pdirect_bdev_read_only(struct block_device *bdev);
@@ -42,7 +31,7 @@ void p2pdirect_cond_resched(void);
 u64 p2pdirect_virt_to_phys(void *kaddr);
 int p2pdirect_pci_domain(struct pci_dev *pdev);
 
-void p2pdirect_io_limits(struct file *f, struct p2pdirect_limits *l);
+bool p2pdirect_bdev_p2pdma(struct block_device *bdev);
 bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write);
 int p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
 			 void (*complete)(struct kiocb *, long), bool nowait);

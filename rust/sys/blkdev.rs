@@ -24,6 +24,8 @@ use kernel::{
     types::Opaque,
 };
 
+use super::c;
+
 /// At most this many levels of stacking are followed (dm on md on an NVMe
 /// multipath head on its paths is three).
 pub(crate) const MAX_DEPTH: u32 = 4;
@@ -38,6 +40,23 @@ pub(crate) const MAX_LEGS: usize = 32;
 /// long as the reference is used.
 #[repr(transparent)]
 pub(crate) struct BlockDevice(Opaque<bindings::block_device>);
+
+/// What the bio builder needs to know about a block device and its queue.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Limits {
+    pub(crate) logical_block_size: u32,
+    /// Bytes per bio.
+    pub(crate) max_bytes: u32,
+    /// Segments per bio (at most `BIO_MAX_VECS`).
+    pub(crate) max_segments: u32,
+    /// The queue accepts P2PDMA pages.
+    pub(crate) p2pdma: bool,
+    pub(crate) read_only: bool,
+    /// `dev_t` of the block device (`MAJOR << 20 | MINOR`).
+    pub(crate) devt: u32,
+    /// Bytes.
+    pub(crate) size: u64,
+}
 
 /// The devices doing a block device's DMA (see
 /// [`BlockDevice::dma_devices`]).
@@ -90,6 +109,37 @@ impl BlockDevice {
                 core::ptr::read_volatile(&raw const (*(*self.0.get()).bd_disk).diskseq),
                 (*self.0.get()).bd_dev,
             )
+        }
+    }
+
+    /// Its queue's limits, size and access (read now: a resize or a change
+    /// of the queue limits later is seen by the next I/O).
+    pub(crate) fn limits(&self) -> Limits {
+        let b = self.0.get();
+        // SAFETY: an open block device has a valid queue (type invariant).
+        // The limits are read without the queue's lock, as the block
+        // layer's own submitters do: a racing update gives old or new
+        // values, each of which the queue accepts.
+        let (lbs, max_sectors, max_segments, nr_sectors, devt) = unsafe {
+            let q = &raw const (*(*b).bd_queue).limits;
+            (
+                (*q).logical_block_size,
+                (*q).max_sectors,
+                u32::from((*q).max_segments),
+                core::ptr::read_volatile(&raw const (*b).bd_nr_sectors),
+                (*b).bd_dev,
+            )
+        };
+        Limits {
+            logical_block_size: lbs,
+            max_bytes: max_sectors.saturating_mul(512),
+            max_segments: max_segments.min(bindings::BIO_MAX_VECS),
+            // SAFETY: as above: the block device is open.
+            p2pdma: unsafe { c::p2pdirect_bdev_p2pdma(b) },
+            // SAFETY: as above.
+            read_only: unsafe { c::p2pdirect_bdev_read_only(b) },
+            devt,
+            size: nr_sectors.saturating_mul(512),
         }
     }
 

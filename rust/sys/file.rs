@@ -153,6 +153,20 @@ pub(crate) fn bdev_invalidate(file: &File, pos: u64, len: u64) {
     };
 }
 
+/// Raw block devices: whether the cache work before a direct I/O of the
+/// range may wait (dirty pages to write back; for a WRITE, cached pages to
+/// drop), as `IOCB_NOWAIT` judges it.
+pub(crate) fn bdev_cache_busy(file: &File, pos: u64, len: u64, write: bool) -> bool {
+    // SAFETY: the file is open while borrowed.
+    unsafe { c::p2pdirect_bdev_cache_busy(raw(file), pos, len, write) }
+}
+
+/// The access or modify event read(2)/write(2) send after moving data.
+pub(crate) fn notify_rw(file: &File, write: bool) {
+    // SAFETY: the file is open while borrowed.
+    unsafe { c::p2pdirect_fsnotify(raw(file), write) };
+}
+
 /// The first and last byte of a non-empty range, as `loff_t`.
 fn byte_range(pos: u64, len: u64) -> Result<(i64, i64)> {
     let last = pos

@@ -55,6 +55,9 @@ macro_rules! global_mutex {
         }
 
         impl Drop for $token {
+            // `$init` is whatever the global starts as; not every value type
+            // has a `Default`, so `take` does not fit every invocation.
+            #[allow(clippy::mem_replace_with_default, clippy::mem_replace_option_with_none)]
             fn drop(&mut self) {
                 // Statics are never dropped: free the value's buffers here.
                 drop(core::mem::replace(&mut *$name.lock(), $init));

@@ -224,3 +224,12 @@ pub(crate) fn vma_offset(vma: &VmaNew) -> u64 {
     let pgoff = unsafe { (*vma.as_ptr()).vm_pgoff };
     (pgoff as u64) << kernel::page::PAGE_SHIFT
 }
+
+/// Whether `vma` is a shared mapping (`MAP_SHARED`: `VM_MAYSHARE`).
+///
+/// Not `kernel::mm::virt::flags::MAYSHARE`: Linux 7.2 binds that to
+/// `VM_MAYEXEC`, so the shim reads the flag.
+pub(crate) fn may_share(vma: &VmaNew) -> bool {
+    // SAFETY: `vma` is a valid VMA under setup; reading its flags is fine.
+    unsafe { super::c::p2pdirect_vma_may_share(vma.as_ptr()) }
+}

@@ -1075,3 +1075,133 @@ fn bounce(
     }
     Ok((done, zeroed))
 }
+
+#[kernel::macros::kunit_tests(p2pdirect_storage)]
+mod tests {
+    use super::*;
+
+    const PAGE: u64 = PAGE_SIZE as u64;
+
+    fn limits(lbs: u32, max_bytes: u32, max_segments: u32) -> Limits {
+        Limits {
+            logical_block_size: lbs,
+            max_bytes,
+            max_segments,
+            ..Limits::default()
+        }
+    }
+
+    /// Splits an I/O of `len` bytes starting `first` bytes into a page the
+    /// way `build_bios` does; checks every bio against the limits and
+    /// returns how many there were.
+    fn split(lim: &Limits, first: u64, len: u64) -> u64 {
+        let lbs = u64::from(lim.logical_block_size);
+        let (mut done, mut bios) = (0u64, 0u64);
+        while done < len {
+            let in_page = (first + done) % PAGE;
+            let n = bio_bytes(lim, in_page, len - done);
+            assert!(n > 0);
+            assert_eq!(n % lbs, 0);
+            assert!(n <= u64::from(lim.max_bytes));
+            // The pages it touches fit its segments.
+            assert!((in_page + n).div_ceil(PAGE) <= u64::from(lim.max_segments));
+            done += n;
+            bios += 1;
+        }
+        assert_eq!(done, len);
+        bios
+    }
+
+    #[test]
+    fn one_bio_when_it_fits() {
+        let lim = limits(512, 128 << 10, 33);
+        assert_eq!(bio_bytes(&lim, 0, 4096), 4096);
+        assert_eq!(split(&lim, 0, 128 << 10), 1);
+    }
+
+    #[test]
+    fn split_by_max_bytes_and_segments() {
+        // 1 MiB at 128 KiB per bio: 8 bios.
+        assert_eq!(split(&limits(512, 128 << 10, 256), 0, 1 << 20), 8);
+        // Four segments of a page each: 16 KiB per bio.
+        assert_eq!(split(&limits(512, 1 << 20, 4), 0, 64 << 10), 4);
+        // Starting mid-page: the first bio's pages end earlier.
+        let lim = limits(512, 1 << 20, 4);
+        assert_eq!(bio_bytes(&lim, 512, 1 << 20), 4 * PAGE - 512);
+        split(&lim, 512, (64 << 10) - 512);
+    }
+
+    #[test]
+    fn whole_blocks_only() {
+        // 4 KiB blocks, a queue limit that is not a multiple of them.
+        let lim = limits(4096, 10 << 10, 256);
+        assert_eq!(bio_bytes(&lim, 0, 64 << 10), 8 << 10);
+        assert_eq!(split(&lim, 0, 64 << 10), 8);
+        // A tail shorter than the limit goes whole.
+        assert_eq!(bio_bytes(&lim, 0, 4096), 4096);
+    }
+
+    #[test]
+    fn good_prefix_rules() {
+        // Everything went.
+        assert_eq!(good_prefix(8192, None, Ok(())), Ok(8192));
+        // A bio failed at 4096: the prefix before it counts.
+        assert_eq!(good_prefix(8192, None, Err((EIO, 4096))), Ok(4096));
+        // The first bio failed: the I/O fails with its error.
+        assert_eq!(good_prefix(8192, None, Err((EIO, 0))), Err(EIO));
+        // Building stopped after 4096 bytes that all went: those count.
+        assert_eq!(good_prefix(4096, Some(ENOMEM), Ok(())), Ok(4096));
+        // Building stopped before anything was queued: its error.
+        assert_eq!(good_prefix(0, Some(ENOMEM), Ok(())), Err(ENOMEM));
+    }
+
+    fn req(size: u64, file_offset: u64, addr: u64, buf_offset: u64, flags: u32) -> Request {
+        Request {
+            fd: 0,
+            flags,
+            addr,
+            size,
+            file_offset,
+            buf_offset,
+            write: false,
+        }
+    }
+
+    #[test]
+    fn alignment_to_the_logical_block() {
+        let lim = limits(4096, 1 << 20, 256);
+        assert!(check_alignment(&req(8192, 4096, 0x10000, 0, 0), &lim).is_ok());
+        for bad in [
+            req(512, 0, 0x10000, 0, 0),
+            req(4096, 512, 0x10000, 0, 0),
+            req(4096, 0, 0x10200, 0, 0),
+            req(4096, 0, 0x10000, 512, 0),
+        ] {
+            assert_eq!(check_alignment(&bad, &lim), Err(EINVAL));
+        }
+        // A registration id is not an address: only its offset counts.
+        let reg = uapi::P2PDIRECT_IO_REGISTERED;
+        assert!(check_alignment(&req(4096, 0, 7, 0, reg), &lim).is_ok());
+        assert_eq!(
+            check_alignment(&req(4096, 0, 7, 512, reg), &lim),
+            Err(EINVAL)
+        );
+    }
+
+    #[test]
+    fn uring_slots_are_bounded() {
+        let count = Arc::new(Atomic::new(0u32), GFP_KERNEL).expect("allocation");
+        let max = uapi::P2PDIRECT_URING_MAX_INFLIGHT;
+        let mut held = KVec::new();
+        for _ in 0..max {
+            held.push(UringSlot::take(&count).expect("a free slot"), GFP_KERNEL)
+                .expect("allocation");
+        }
+        assert_eq!(UringSlot::take(&count).err(), Some(EBUSY));
+        held.pop();
+        assert_eq!(count.load(Relaxed), max - 1);
+        assert!(UringSlot::take(&count).is_ok());
+        drop(held);
+        assert_eq!(count.load(Relaxed), 0);
+    }
+}

@@ -65,9 +65,32 @@ struct Inner {
     /// PCI address of the function whose BAR holds the first page, once
     /// looked up (0: not yet, or host memory).
     provider: AtomicU32,
-    /// [`slot_key`] of a function known to reach every page, plus one (0:
-    /// none yet).
-    reach_ok: AtomicU64,
+    /// The last function known to reach every page.
+    reach_ok: ReachCache,
+}
+
+/// Remembers the last PCI function (by [`slot_key`]) known to reach a set
+/// of pages, so a repeated I/O from the same device skips the test maps.
+/// Racing stores keep one of the keys, each of which was verified.
+pub(crate) struct ReachCache(AtomicU64);
+
+impl ReachCache {
+    /// Knows no function yet.
+    pub(crate) const fn new() -> Self {
+        Self(AtomicU64::new(0))
+    }
+
+    /// Whether the function with key `key` was remembered.
+    pub(crate) fn knows(&self, key: u64) -> bool {
+        // The stored value is the key plus one: 0 is "none", and no key
+        // equals it (a key has at most 48 bits).
+        self.0.load(Ordering::Relaxed) == key.wrapping_add(1)
+    }
+
+    /// Remembers the function with key `key` (forgetting the previous one).
+    pub(crate) fn remember(&self, key: u64) {
+        self.0.store(key.wrapping_add(1), Ordering::Relaxed);
+    }
 }
 
 /// A reference to pages held for I/O.
@@ -139,7 +162,7 @@ impl Pages {
             len,
             source: Source::User,
             provider: AtomicU32::new(0),
-            reach_ok: AtomicU64::new(0),
+            reach_ok: ReachCache::new(),
         })
     }
 
@@ -157,7 +180,7 @@ impl Pages {
             len,
             source: Source::Allocated,
             provider: AtomicU32::new(0),
-            reach_ok: AtomicU64::new(0),
+            reach_ok: ReachCache::new(),
         };
         for _ in 0..npages {
             // SAFETY: plain page allocation.
@@ -249,8 +272,8 @@ impl Pages {
     /// function that passed (by its place in the topology, not its struct).
     pub(crate) fn reachable_by(&self, dev: &pci::Device) -> core::result::Result<(), u32> {
         let inner = self.inner();
-        let key = slot_key(dev) + 1;
-        if inner.reach_ok.load(Ordering::Relaxed) == key {
+        let key = slot_key(dev);
+        if inner.reach_ok.knows(key) {
             return Ok(());
         }
         let mut last: *const c_void = core::ptr::null();
@@ -272,7 +295,7 @@ impl Pages {
                 return Err(bar_owner(phys).map_or(0, |o| super::pci_p2pdma::pci_addr(&o)));
             }
         }
-        inner.reach_ok.store(key, Ordering::Relaxed);
+        inner.reach_ok.remember(key);
         Ok(())
     }
 
@@ -406,4 +429,45 @@ impl BioPages for Pages {
 pub(crate) fn user_addr_is_p2pdma(addr: u64) -> Result<bool> {
     let pages = Pages::pin_user(addr & !(PAGE - 1), 1, false)?;
     Ok(pages.is_p2pdma())
+}
+
+#[kernel::macros::kunit_tests(p2pdirect_gup)]
+mod tests {
+    use super::*;
+    use crate::sys::pci_p2pdma::location_key;
+
+    #[test]
+    fn reach_cache_remembers_the_last_function() {
+        let c = ReachCache::new();
+        let a = location_key(0, 1, 0);
+        let b = location_key(0, 2, 0);
+        assert!(!c.knows(a));
+        // Key 0 (segment 0, bus 0, devfn 0) is a real function, not "none".
+        assert!(!c.knows(location_key(0, 0, 0)));
+        c.remember(a);
+        assert!(c.knows(a));
+        assert!(!c.knows(b));
+        c.remember(b);
+        assert!(c.knows(b));
+        assert!(!c.knows(a));
+        c.remember(location_key(0, 0, 0));
+        assert!(c.knows(location_key(0, 0, 0)));
+    }
+
+    #[test]
+    fn keys_differ_across_segments_past_0xffff() {
+        // P2PDIRECT_PCI_ADDR() keeps 16 bits of segment; the cache's key
+        // keeps them all, so these two functions never share a verdict.
+        let low = location_key(0x0001, 0x02, 0x08);
+        let high = location_key(0x1_0001, 0x02, 0x08);
+        assert!(low != high);
+        assert!(location_key(0, 1, 0) != location_key(0, 0, 1));
+        assert_eq!(
+            location_key(0x1_0000, 0xff, 0xff),
+            (0x1_0000 << 16) | 0xffff
+        );
+        let c = ReachCache::new();
+        c.remember(low);
+        assert!(!c.knows(high));
+    }
 }

@@ -51,7 +51,13 @@ pub(crate) fn pci_addr(dev: &pci::Device) -> u32 {
 /// segment.
 pub(crate) fn slot_key(dev: &pci::Device) -> u64 {
     let (domain, bus, devfn) = location(dev);
-    (u64::from(domain) << 16) | u64::from((bus << 8) | devfn)
+    location_key(domain, bus, devfn)
+}
+
+/// [`slot_key`] of the function at `domain:bus:devfn` (bus and devfn are
+/// 8-bit values).
+pub(crate) fn location_key(domain: u32, bus: u32, devfn: u32) -> u64 {
+    (u64::from(domain) << 16) | u64::from(((bus & 0xff) << 8) | (devfn & 0xff))
 }
 
 /// The PCI function one of whose memory BARs holds physical address `phys`.

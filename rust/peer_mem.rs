@@ -234,8 +234,10 @@ impl Registry {
             .map(|e| e.live.load(Relaxed))
     }
 
-    /// Asks the clients in order; the first to claim `range` owns it.
-    /// `ENXIO` when every client declines: the range is not device memory.
+    /// [`acquire`] on a registry of the unit tests' own. The module's
+    /// registry is only asked through [`acquire`], which lets go of its lock
+    /// before a client runs (clients pin pages and take the mmap lock).
+    #[cfg(CONFIG_KUNIT)]
     pub(crate) fn acquire(&self, range: UserRange) -> Result<Claim> {
         ask(self.snapshot()?, range)
     }
@@ -250,10 +252,10 @@ impl Registry {
     }
 }
 
-/// Asks `clients` in order for `range` (see [`Registry::acquire`]).
 /// The registered clients at one moment, with their live-context counters.
 type Snapshot = KVec<(Arc<dyn Client>, Arc<Atomic<u64>>)>;
 
+/// Asks `clients` in order for `range` (see [`acquire`]).
 fn ask(clients: Snapshot, range: UserRange) -> Result<Claim> {
     for (client, live) in clients {
         if let Some(ctx) = client.acquire(range)? {
@@ -271,14 +273,13 @@ fn ask(clients: Snapshot, range: UserRange) -> Result<Claim> {
     Err(ENXIO)
 }
 
-/// Acquires `range` through the module's registry, whose lock is held only
-/// while the clients are listed.
+/// Asks the module's clients in order; the first to claim `range` owns it.
+/// `ENXIO` when every client declines: the range is not device memory. The
+/// registry's lock is held only while the clients are listed.
 pub(crate) fn acquire(range: UserRange) -> Result<Claim> {
     let clients = clients().snapshot()?;
     ask(clients, range)
 }
-
-impl Registry {}
 
 #[cfg(CONFIG_KUNIT)]
 #[kernel::macros::kunit_tests(p2pdirect_peer_mem)]

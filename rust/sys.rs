@@ -24,6 +24,7 @@ pub(crate) mod vma;
 /// rust/ffi/shim.h (see Kbuild).
 #[allow(
     non_camel_case_types,
+    non_upper_case_globals,
     dead_code,
     unreachable_pub,
     improper_ctypes,

@@ -7,7 +7,6 @@
  */
 #include <linux/bio.h>
 #include <linux/blkdev.h>
-#include <linux/io_uring/cmd.h>
 #include <linux/uio.h>
 #include <linux/delay.h>
 #include <linux/fs.h>
@@ -171,80 +170,4 @@ int p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
 void p2pdirect_kiocb_end_write(struct kiocb *k)
 {
 	kiocb_end_write(k);
-}
-
-/* --- io_uring commands (static inlines and the task-work trampoline) ---- */
-
-/* What a command in flight keeps in its pdu. */
-struct p2pdirect_uring_pdu {
-	void *ctx;
-	int (*cb)(struct io_uring_cmd *cmd, void *ctx, u64 *res2);	/* NULL: post res */
-	u64 res2;
-	int res;
-	bool cqe32;
-};
-
-static_assert(sizeof(struct p2pdirect_uring_pdu) <= sizeof_field(struct io_uring_cmd, pdu));
-
-struct file *p2pdirect_uring_file(struct io_uring_cmd *cmd)
-{
-	return cmd->file;
-}
-
-u32 p2pdirect_uring_op(struct io_uring_cmd *cmd)
-{
-	return cmd->cmd_op;
-}
-
-/* The IORING_URING_CMD_* flags the submitter set (not io_uring's own). */
-u32 p2pdirect_uring_cmd_flags(struct io_uring_cmd *cmd)
-{
-	return cmd->flags & IORING_URING_CMD_MASK;
-}
-
-/* The SQE's command area (80 bytes) with 128-byte SQEs, else NULL. */
-const void *p2pdirect_uring_sqe_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
-{
-	return issue_flags & IO_URING_F_SQE128 ? cmd->sqe->cmd : NULL;
-}
-
-bool p2pdirect_uring_nonblock(unsigned int issue_flags)
-{
-	return issue_flags & IO_URING_F_NONBLOCK;
-}
-
-bool p2pdirect_uring_cqe32(unsigned int issue_flags)
-{
-	return issue_flags & IO_URING_F_CQE32;
-}
-
-static void p2pdirect_uring_tw(struct io_tw_req tw_req, io_tw_token_t tw)
-{
-	struct io_uring_cmd *cmd = io_uring_cmd_from_tw(tw_req);
-	struct p2pdirect_uring_pdu *pdu = io_uring_cmd_to_pdu(cmd, struct p2pdirect_uring_pdu);
-	u64 res2 = pdu->res2;
-	int ret = pdu->cb ? pdu->cb(cmd, pdu->ctx, &res2) : pdu->res;
-
-	if (pdu->cqe32)
-		io_uring_cmd_done32(cmd, ret, res2, IO_URING_CMD_TASK_WORK_ISSUE_FLAGS);
-	else
-		io_uring_cmd_done(cmd, ret, IO_URING_CMD_TASK_WORK_ISSUE_FLAGS);
-}
-
-/*
- * Runs @cb in the submitter's task and posts what it returns, or with a NULL
- * @cb posts @res and @res2 (any context).
- */
-void p2pdirect_uring_complete_in_task(struct io_uring_cmd *cmd,
-				      int (*cb)(struct io_uring_cmd *, void *, u64 *),
-				      void *ctx, int res, u64 res2, bool cqe32)
-{
-	struct p2pdirect_uring_pdu *pdu = io_uring_cmd_to_pdu(cmd, struct p2pdirect_uring_pdu);
-
-	pdu->ctx = ctx;
-	pdu->cb = cb;
-	pdu->res = res;
-	pdu->res2 = res2;
-	pdu->cqe32 = cqe32;
-	io_uring_cmd_complete_in_task(cmd, p2pdirect_uring_tw);
 }

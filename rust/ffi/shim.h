@@ -7,6 +7,7 @@
 #define P2PDIRECT_SHIM_H
 
 #include <linux/fs.h>
+#include <linux/io_uring/cmd.h>
 #include <linux/mm_types.h>
 #include <linux/pci.h>
 
@@ -36,16 +37,5 @@ bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write);
 int p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
 			 void (*complete)(struct kiocb *, long), bool nowait);
 void p2pdirect_kiocb_end_write(struct kiocb *k);
-
-struct io_uring_cmd;
-struct file *p2pdirect_uring_file(struct io_uring_cmd *cmd);
-u32 p2pdirect_uring_op(struct io_uring_cmd *cmd);
-u32 p2pdirect_uring_cmd_flags(struct io_uring_cmd *cmd);
-const void *p2pdirect_uring_sqe_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
-bool p2pdirect_uring_nonblock(unsigned int issue_flags);
-bool p2pdirect_uring_cqe32(unsigned int issue_flags);
-void p2pdirect_uring_complete_in_task(struct io_uring_cmd *cmd,
-				      int (*cb)(struct io_uring_cmd *, void *, u64 *),
-				      void *ctx, int res, u64 res2, bool cqe32);
 
 #endif /* P2PDIRECT_SHIM_H */

@@ -19,12 +19,22 @@ use kernel::{
     prelude::*,
 };
 
-// What the kernel offers only as static inlines and macros: the shim's
-// functions, as bindgen declares them (`super::c`).
+// The command's layout, opaque in the kernel crate's bindings, and the
+// completion path (static inlines) from the shim, as bindgen declares them.
 use super::c as helpers;
+use helpers::io_uring_cmd as RawCmd;
 
-/// Bytes of an SQE's command area with 128-byte SQEs.
-pub(crate) const SQE128_CMD_BYTES: usize = 80;
+/// Where an SQE's command area starts (`offsetof(struct io_uring_sqe, cmd)`,
+/// fixed by the io_uring ABI).
+const SQE_CMD_OFFSET: usize = 48;
+
+/// Bytes of an SQE's command area with 128-byte SQEs (to the end of the
+/// SQE's second half).
+pub(crate) const SQE128_CMD_BYTES: usize = 2 * SQE_BYTES - SQE_CMD_OFFSET;
+
+/// Bytes of an SQE (`struct io_uring_sqe`, fixed by the io_uring ABI).
+const SQE_BYTES: usize = 64;
+const _: () = assert!(core::mem::size_of::<helpers::io_uring_sqe>() == SQE_BYTES);
 
 /// A command being issued to the driver.
 ///
@@ -34,7 +44,7 @@ pub(crate) const SQE128_CMD_BYTES: usize = 80;
 /// `uring_cmd` call that created this value; `queued` tells whether a
 /// [`PendingCmd`] took over its completion.
 pub(crate) struct UringCmd {
-    raw: NonNull<bindings::io_uring_cmd>,
+    raw: NonNull<RawCmd>,
     issue_flags: u32,
     queued: bool,
 }
@@ -45,51 +55,67 @@ impl UringCmd {
     /// `raw` is the command of a `uring_cmd` call, which must return
     /// `-EIOCBQUEUED` if [`UringCmd::queued`] says so afterwards.
     pub(crate) unsafe fn from_raw(raw: NonNull<bindings::io_uring_cmd>, issue_flags: u32) -> Self {
-        // INVARIANT: the caller's promise.
+        // INVARIANT: the caller's promise. The kernel crate declares the
+        // struct opaque; `RawCmd` is its layout, generated from the same
+        // header.
         Self {
-            raw,
+            raw: raw.cast(),
             issue_flags,
             queued: false,
         }
     }
 
+    /// The command as io_uring issued it.
+    fn get(&self) -> &RawCmd {
+        // SAFETY: the command is valid during the issue (type invariant);
+        // io_uring does not write these fields meanwhile.
+        unsafe { self.raw.as_ref() }
+    }
+
     /// The `struct file` the command was issued on.
     pub(crate) fn file_raw(&self) -> *mut bindings::file {
-        // SAFETY: the command is valid during the issue (type invariant).
-        unsafe { helpers::p2pdirect_uring_file(self.raw.as_ptr()) }
+        self.get().file
     }
 
     /// `sqe->cmd_op`.
     pub(crate) fn op(&self) -> u32 {
-        // SAFETY: as in `file_raw`.
-        unsafe { helpers::p2pdirect_uring_op(self.raw.as_ptr()) }
+        self.get().cmd_op
     }
 
     /// `sqe->uring_cmd_flags`: the `IORING_URING_CMD_*` flags the submitter
     /// set (io_uring's own, such as its reissue mark, left out).
     pub(crate) fn cmd_flags(&self) -> u32 {
-        // SAFETY: as in `file_raw`.
-        unsafe { helpers::p2pdirect_uring_cmd_flags(self.raw.as_ptr()) }
+        self.get().flags & helpers::IORING_URING_CMD_MASK
+    }
+
+    fn issue_flag(&self, flag: helpers::io_uring_cmd_flags) -> bool {
+        self.issue_flags & (flag as u32) != 0
     }
 
     /// Whether the issue must not block (io_uring retries a command that
     /// returns `EAGAIN` then from a worker that may).
     pub(crate) fn nonblock(&self) -> bool {
-        // SAFETY: decodes flags; no pointer involved.
-        unsafe { helpers::p2pdirect_uring_nonblock(self.issue_flags) }
+        self.issue_flag(helpers::io_uring_cmd_flags_IO_URING_F_NONBLOCK)
     }
 
     /// A copy of the SQE's command area, read once; `None` if the ring does
     /// not use 128-byte SQEs.
     pub(crate) fn payload(&self) -> Option<[u8; SQE128_CMD_BYTES]> {
-        // SAFETY: as in `file_raw`; the command area of a 128-byte SQE has
-        // `SQE128_CMD_BYTES` readable bytes for the issue. On an inline issue
-        // they are in the ring, which userspace may write meanwhile, so they
-        // are copied once, here, and only the copy is used.
-        unsafe {
-            let p = helpers::p2pdirect_uring_sqe_cmd(self.raw.as_ptr(), self.issue_flags);
-            (!p.is_null()).then(|| p.cast::<[u8; SQE128_CMD_BYTES]>().read_unaligned())
+        if !self.issue_flag(helpers::io_uring_cmd_flags_IO_URING_F_SQE128) {
+            return None;
         }
+        let sqe = self.get().sqe;
+        // SAFETY: as in `get`, the SQE is valid during the issue; the command
+        // area of a 128-byte SQE (from `cmd`, to the end of its second half)
+        // has `SQE128_CMD_BYTES` readable bytes. On an inline issue they are
+        // in the ring, which userspace may write meanwhile, so they are
+        // copied once, here, and only the copy is used.
+        Some(unsafe {
+            sqe.cast::<u8>()
+                .add(SQE_CMD_OFFSET)
+                .cast::<[u8; SQE128_CMD_BYTES]>()
+                .read_unaligned()
+        })
     }
 
     /// Takes over the command's completion: the `uring_cmd` call then
@@ -104,10 +130,7 @@ impl UringCmd {
         // this pending handle is the only one to complete the command.
         Some(PendingCmd {
             raw: self.raw,
-            cqe32: {
-                // SAFETY: decodes flags; no pointer involved.
-                unsafe { helpers::p2pdirect_uring_cqe32(self.issue_flags) }
-            },
+            cqe32: self.issue_flag(helpers::io_uring_cmd_flags_IO_URING_F_CQE32),
         })
     }
 
@@ -149,82 +172,124 @@ pub(crate) trait TaskWork: Send + 'static {
 /// else completes: it stays valid until this handle completes it, which it
 /// does exactly once (`complete*` or `Drop`).
 pub(crate) struct PendingCmd {
-    raw: NonNull<bindings::io_uring_cmd>,
+    raw: NonNull<RawCmd>,
     cqe32: bool,
 }
 
 // SAFETY: a queued command may be completed from any context and thread.
 unsafe impl Send for PendingCmd {}
 
+/// What a command in flight keeps in its `pdu` (io_uring's 32 bytes for the
+/// driver) between the completion and the task work that posts it.
+#[repr(C)]
+struct Pdu {
+    /// A `KBox<W>` of [`PendingCmd::complete`], or null.
+    work: *mut c_void,
+    res2: u64,
+    res: i32,
+    cqe32: bool,
+}
+
+const _: () = assert!(core::mem::size_of::<Pdu>() <= 32);
+
 impl PendingCmd {
+    /// Stores `pdu` in the command and queues `tw` to run in the
+    /// submitter's task; the handle is used up.
+    fn finish(
+        self,
+        pdu: Pdu,
+        tw: unsafe extern "C" fn(helpers::io_tw_req, helpers::io_tw_token_t),
+    ) {
+        let me = core::mem::ManuallyDrop::new(self);
+        let raw = me.raw.as_ptr();
+        // SAFETY: the command is pending (type invariant), so its `pdu` is
+        // the driver's, 8-aligned (it follows two pointers and two `u32`)
+        // and large enough (asserted above). The command is completed once,
+        // here: `tw` posts it. `__io_uring_cmd_do_in_task` with no flags is
+        // `io_uring_cmd_complete_in_task`, callable from any context.
+        unsafe {
+            (&raw mut (*raw).pdu).cast::<Pdu>().write(pdu);
+            helpers::__io_uring_cmd_do_in_task(raw, Some(tw), 0);
+        }
+    }
+
     /// Runs `work` in the submitter's task and posts its result. Any
     /// context (interrupts included).
     pub(crate) fn complete<W: TaskWork>(self, work: KBox<W>) {
-        let me = core::mem::ManuallyDrop::new(self);
-        // SAFETY: the command is pending (type invariant) and completed once,
-        // here; `run::<W>` gets the box back exactly once.
-        unsafe {
-            helpers::p2pdirect_uring_complete_in_task(
-                me.raw.as_ptr(),
-                Some(run::<W>),
-                KBox::into_raw(work).cast(),
-                0,
-                0,
-                me.cqe32,
-            )
+        let pdu = Pdu {
+            work: KBox::into_raw(work).cast(),
+            res2: 0,
+            res: 0,
+            cqe32: self.cqe32,
         };
+        self.finish(pdu, task_work::<W>);
     }
 
     /// Posts `res` and `res2` from the submitter's task. Any context.
     pub(crate) fn complete_with(self, res: i32, res2: u64) {
-        let me = core::mem::ManuallyDrop::new(self);
-        // SAFETY: the command is pending (type invariant) and completed
-        // once, here.
-        unsafe {
-            helpers::p2pdirect_uring_complete_in_task(
-                me.raw.as_ptr(),
-                None,
-                core::ptr::null_mut(),
-                res,
-                res2,
-                me.cqe32,
-            )
+        let pdu = Pdu {
+            work: core::ptr::null_mut(),
+            res2,
+            res,
+            cqe32: self.cqe32,
         };
+        self.finish(pdu, task_work::<Posted>);
     }
 }
 
 impl Drop for PendingCmd {
     fn drop(&mut self) {
-        // SAFETY: the command is pending (type invariant); completed once.
-        unsafe {
-            helpers::p2pdirect_uring_complete_in_task(
-                self.raw.as_ptr(),
-                None,
-                core::ptr::null_mut(),
-                -(bindings::ECANCELED as c_int),
-                0,
-                self.cqe32,
-            )
+        let pending = PendingCmd {
+            raw: self.raw,
+            cqe32: self.cqe32,
         };
+        // INVARIANT: `self` is being dropped and never completes the
+        // command: `pending` is its only handle now.
+        pending.complete_with(-(bindings::ECANCELED as c_int), 0);
     }
 }
 
-/// The task-work callback of [`PendingCmd::complete`].
+/// The [`TaskWork`] of [`PendingCmd::complete_with`]: the result is in the
+/// `pdu` already.
+enum Posted {}
+
+impl TaskWork for Posted {
+    fn run(self: KBox<Self>) -> (i32, u64) {
+        match *self {}
+    }
+}
+
+/// The task-work callback of [`PendingCmd::finish`]: runs the work, if
+/// any, and posts the CQE.
 ///
 /// # Safety
 ///
-/// `ctx` comes from `KBox::<W>::into_raw` and is used once.
-unsafe extern "C" fn run<W: TaskWork>(
-    _cmd: *mut bindings::io_uring_cmd,
-    ctx: *mut c_void,
-    res2: *mut u64,
-) -> c_int {
-    // SAFETY: the caller's promise.
-    let work = unsafe { KBox::<W>::from_raw(ctx.cast()) };
-    let (res, extra) = work.run();
-    // SAFETY: the shim passes a valid pointer to its local.
-    unsafe { *res2 = extra };
-    res
+/// io_uring calls it once, in the submitter's task, for a command that
+/// [`PendingCmd::finish`] queued with `W` (its `pdu` holds a [`Pdu`] whose
+/// `work` is null or from `KBox::<W>::into_raw`).
+unsafe extern "C" fn task_work<W: TaskWork>(req: helpers::io_tw_req, _tw: helpers::io_tw_token_t) {
+    // `io_uring_cmd_from_tw()`: the command is the start of its request
+    // (`cmd_to_io_kiocb()` is the same cast the other way).
+    let raw = req.req.cast::<RawCmd>();
+    // SAFETY: the caller's promise: `finish` wrote a `Pdu` there.
+    let pdu = unsafe { (&raw const (*raw).pdu).cast::<Pdu>().read() };
+    let (res, res2) = if pdu.work.is_null() {
+        (pdu.res, pdu.res2)
+    } else {
+        // SAFETY: the caller's promise; the box is taken back once, here.
+        unsafe { KBox::<W>::from_raw(pdu.work.cast()) }.run()
+    };
+    // SAFETY: the command is pending and completed once, here, from task
+    // work (`IO_URING_CMD_TASK_WORK_ISSUE_FLAGS`).
+    unsafe {
+        helpers::__io_uring_cmd_done(
+            raw,
+            res,
+            res2,
+            helpers::io_uring_cmd_flags_IO_URING_F_COMPLETE_DEFER as u32,
+            pdu.cqe32,
+        )
+    };
 }
 
 /// The `uring_cmd` file operation's glue: the result `UringCmd` and the

@@ -5,20 +5,15 @@
  * sees these functions through bindgen's declarations of shim.h; its
  * wrappers state the invariants each call relies on.
  */
-#include <linux/bio.h>
 #include <linux/blkdev.h>
-#include <linux/uio.h>
-#include <linux/delay.h>
 #include <linux/fs.h>
 #include <linux/fsnotify.h>
-#include <linux/swap.h>
+#include <linux/memremap.h>
 #include <linux/mm.h>
-#include <linux/pci.h>
 #include <linux/pagemap.h>
-#include <linux/pci-p2pdma.h>
+#include <linux/pci.h>
 #include <linux/ratelimit.h>
 #include <linux/scatterlist.h>
-#include <linux/slab.h>
 
 #include "shim.h"
 
@@ -152,19 +147,19 @@ bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write)
 
 /*
  * init_sync_kiocb() at @pos; with @complete an asynchronous kiocb, with
- * @nowait one that must not block (-EAGAIN: the file cannot do that).
+ * @nowait one that must not block (false, untouched: the file cannot).
  */
-int p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
-			 void (*complete)(struct kiocb *, long), bool nowait)
+bool p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
+			  void (*complete)(struct kiocb *, long), bool nowait)
 {
 	if (nowait && !(f->f_mode & FMODE_NOWAIT))
-		return -EAGAIN;
+		return false;
 	init_sync_kiocb(k, f);
 	k->ki_pos = pos;
 	k->ki_complete = complete;
 	if (nowait)
 		k->ki_flags |= IOCB_NOWAIT;
-	return 0;
+	return true;
 }
 
 void p2pdirect_kiocb_end_write(struct kiocb *k)

@@ -7,7 +7,7 @@
 #define P2PDIRECT_SHIM_H
 
 #include <linux/fs.h>
-#include <linux/io_uring/cmd.h>
+#include <linux/io_uring/cmd.h>	/* for bindgen: the io_uring command */
 #include <linux/mm_types.h>
 #include <linux/pci.h>
 
@@ -34,8 +34,8 @@ int p2pdirect_pci_domain(struct pci_dev *pdev);
 
 bool p2pdirect_bdev_p2pdma(struct block_device *bdev);
 bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write);
-int p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
-			 void (*complete)(struct kiocb *, long), bool nowait);
+bool p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
+			  void (*complete)(struct kiocb *, long), bool nowait);
 void p2pdirect_kiocb_end_write(struct kiocb *k);
 
 #endif /* P2PDIRECT_SHIM_H */

@@ -241,7 +241,7 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
             let file = me.owner.file().as_ptr();
             // SAFETY: the kiocb is ours to initialise; the owner keeps the
             // file referenced. `new` checked that `pos` fits.
-            let r = unsafe {
+            let ready = unsafe {
                 helpers::p2pdirect_kiocb_init(
                     me.kiocb.get(),
                     file,
@@ -250,8 +250,10 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
                     nowait,
                 )
             };
-            if r < 0 {
-                me.res = r as isize;
+            if !ready {
+                // The file cannot promise not to block: io_uring's worker
+                // issues the command again, where it may.
+                me.res = EAGAIN.to_errno() as isize;
                 // SAFETY: nothing else saw `raw`.
                 return Issued::Done(unsafe { KBox::from_raw(raw) });
             }

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # Static checks, as a TAP suite: rustfmt and clippy on the module (clippy
 # through Kbuild with Debian's clippy-driver, which matches the kernel's
-# rustc) and on the userspace crate, checkpatch on the C files.
+# rustc) and on the userspace crate, the module's layering (layering.py),
+# checkpatch on the C files.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -30,6 +31,8 @@ step "clippy: module (Kbuild CLIPPY=1)" make -s -C "$kdir" M="$repo" LLVM="$LLVM
 	BINDGEN="$BINDGEN" CLIPPY=1 CLIPPY_DRIVER=/usr/bin/clippy-driver modules
 # Leave a module built without clippy behind, as `make` would.
 make -s -C "$kdir" M="$repo" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" modules >/dev/null 2>&1
+step "layering: rust/sys imports no domain module, no import cycle, no unsafe outside rust/sys" \
+	python3 "$here/layering.py"
 step "rustfmt: userspace crate" bash -c "cd '$repo/userspace-test/rust' && cargo fmt --check"
 step "clippy: userspace crate" bash -c "cd '$repo/userspace-test/rust' && cargo clippy --quiet --all-targets -- -D warnings"
 for f in "$repo"/rust/ffi/shim.c "$repo"/rust/ffi/shim.h "$repo"/include/uapi/linux/p2pdirect.h "$repo"/userspace-test/c/*.[ch]; do

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `/dev/p2pdirect`: the misc device and its per-open-file state.
+//! `/dev/p2pdirect`: the misc device and its per-open-file state. Its file
+//! operations (the entry points from userspace) are in `ioctl.rs`.
 //!
 //! The node is created by devtmpfs with mode 0600 (root only), the misc core's
 //! default; administrators widen it with a udev rule, never the module.
@@ -11,14 +12,11 @@ use crate::{
     ffi::{self, FileMapping},
     registration::{self, FileRegs},
     storage::{DmaHint, IoOwner},
-    sys::{
-        miscdev::{MiscUringCmd, OwnedMiscDevice},
-        uring_cmd::UringCmd,
-    },
+    sys::miscdev::OwnedMiscDevice,
 };
 use kernel::{
     fs::File,
-    miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
+    miscdevice::MiscDeviceOptions,
     mm::virt::VmaNew,
     new_mutex, new_spinlock,
     prelude::*,
@@ -135,11 +133,9 @@ impl OpenFile {
     }
 }
 
-#[vtable]
-impl MiscDevice for OpenFile {
-    type Ptr = Pin<KBox<Self>>;
-
-    fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
+impl OpenFile {
+    /// A new open file's state (`open(2)`).
+    pub(crate) fn new() -> Result<Pin<KBox<Self>>> {
         KBox::try_pin_init(
             try_pin_init!(OpenFile {
                 allocs <- new_mutex!(KVec::new()),
@@ -151,17 +147,19 @@ impl MiscDevice for OpenFile {
         )
     }
 
-    fn release(me: Pin<KBox<Self>>, _file: &File) {
+    /// The last close (or the process's exit): gives back what the file
+    /// owns.
+    pub(crate) fn release(&self) {
         // Own registrations first: they may pin this file's own memory.
-        registration::drop_all(&mut me.regs.lock());
-        let allocs = core::mem::take(&mut *me.allocs.lock());
+        registration::drop_all(&mut self.regs.lock());
+        let allocs = core::mem::take(&mut *self.allocs.lock());
         for a in allocs {
             a.free();
         }
     }
 
     /// Maps one allocation, named by the `mmap_offset` ALLOC returned, whole.
-    fn mmap(me: Pin<&OpenFile>, _file: &File, vma: &VmaNew) -> Result {
+    pub(crate) fn mmap(&self, vma: &VmaNew) -> Result {
         if !ffi::vma_may_share(vma) {
             refuse!(EINVAL, "mmap refused: device memory needs MAP_SHARED\n");
         }
@@ -171,7 +169,7 @@ impl MiscDevice for OpenFile {
         vma.try_clear_mayexec()?;
         let offset = ffi::vma_offset(vma);
         let len = (vma.end() - vma.start()) as u64;
-        let allocs = me.allocs.lock();
+        let allocs = self.allocs.lock();
         let Some(a) = allocs.iter().find(|a| a.state.mmap_offset() == offset) else {
             refuse!(
                 EINVAL,
@@ -193,15 +191,5 @@ impl MiscDevice for OpenFile {
         vma.set_dontexpand();
         vma.set_dontdump();
         a.map(vma)
-    }
-
-    fn ioctl(me: Pin<&OpenFile>, file: &File, cmd: u32, arg: usize) -> Result<isize> {
-        crate::ioctl::dispatch(&me, file, cmd, arg)
-    }
-}
-
-impl MiscUringCmd for OpenFile {
-    fn uring_cmd(me: Pin<&OpenFile>, file: &File, cmd: &mut UringCmd) -> Result<i32> {
-        crate::ioctl::uring_cmd(&me, file, cmd)
     }
 }

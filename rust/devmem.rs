@@ -34,7 +34,6 @@
 
 use crate::{
     ffi::{self, FileMapping, P2pMem, PciFunction},
-    peer_mem::Consumer,
     range_alloc::RangeAllocator,
     sys::vma::{self, DeviceMapping, Fault, FaultSlot},
 };
@@ -442,6 +441,16 @@ pub(crate) fn providers() -> Result<KVec<Arc<Provider>>> {
         out.push(p.clone(), GFP_KERNEL)?;
     }
     Ok(out)
+}
+
+/// Someone holding a claim on p2pdirect's memory (a peer-memory consumer:
+/// a registration), told when it goes away.
+pub(crate) trait Consumer: Send + Sync {
+    /// Distinguishes subscriptions (for [`AllocState::unsubscribe`]).
+    fn consumer_id(&self) -> u64;
+    /// The memory is going away: drop the claim (unmap, unpin) now and never
+    /// use it again.
+    fn invalidate(&self);
 }
 
 /// Where an allocation's memory is.

@@ -5,8 +5,6 @@
 //! Nothing here calls C: every call into the kernel or the shim is made
 //! by `crate::sys`.
 
-pub(crate) mod uapi;
-
 pub(crate) use crate::sys::blkdev::{DmaLeg, Limits};
 pub(crate) use crate::sys::gup::{user_addr_is_p2pdma, Pages};
 pub(crate) use crate::sys::pci_p2pdma::{add_bar as p2pdma_add_bar, bar_is_mem, P2pMem};
@@ -16,39 +14,7 @@ pub(crate) use crate::sys::{
     vma::{may_share as vma_may_share, vma_offset},
 };
 
-use kernel::{
-    fs::File,
-    pci,
-    prelude::*,
-    sync::aref::ARef,
-    transmute::{AsBytes, FromBytes},
-    uaccess::{UserPtr, UserSlice},
-};
-
-/// Reads a UAPI struct from the user address `arg`; `EFAULT` if unreadable.
-pub(crate) fn copy_from_user<T: FromBytes>(arg: usize) -> Result<T> {
-    UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>())
-        .reader()
-        .read()
-}
-
-/// Copies a UAPI struct to the user address `arg`; `EFAULT` if it is not
-/// writable user memory. The struct is written whole, padding included, so
-/// callers build it from zeroed fields.
-pub(crate) fn copy_to_user<T: AsBytes>(arg: usize, value: &T) -> Result {
-    UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>())
-        .writer()
-        .write(value)
-}
-
-/// Copies a slice of UAPI structs to user memory at `arg`.
-pub(crate) fn copy_slice_to_user<T: AsBytes>(arg: usize, values: &[T]) -> Result {
-    let mut w = UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of_val(values)).writer();
-    for v in values {
-        w.write(v)?;
-    }
-    Ok(())
-}
+use kernel::{fs::File, pci, prelude::*, sync::aref::ARef};
 
 /// A counted reference to a PCI function.
 pub(crate) struct PciFunction(ARef<pci::Device>);
@@ -151,6 +117,13 @@ impl DmaDevice {
     }
 }
 
+/// One contiguous piece of a DMA mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DmaSeg {
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+}
+
 /// Pinned pages of a user range of the calling process, optionally mapped
 /// for one DMA device (a peer-memory client's range).
 pub(crate) struct UserPin {
@@ -183,10 +156,10 @@ impl UserPin {
     }
 
     /// The DMA segments of the current mapping (none if unmapped).
-    pub(crate) fn dma_segs(&self) -> Result<KVec<crate::peer_mem::DmaSeg>> {
+    pub(crate) fn dma_segs(&self) -> Result<KVec<DmaSeg>> {
         let mut out = KVec::new();
         for (addr, len) in self.dma.iter().flat_map(DmaMapping::segments) {
-            out.push(crate::peer_mem::DmaSeg { addr, len }, GFP_KERNEL)?;
+            out.push(DmaSeg { addr, len }, GFP_KERNEL)?;
         }
         Ok(out)
     }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! ioctl dispatch for `/dev/p2pdirect`.
+//! The file operations of `/dev/p2pdirect` (open, release, mmap, ioctl,
+//! uring_cmd) and the ioctl dispatch: the entry points from userspace, and
+//! the only place that reads or writes the UAPI structs.
 //!
 //! A command number encodes direction and argument size, so matching the whole
 //! number refuses a caller built against another layout with `ENOTTY` before
@@ -19,22 +21,53 @@ use crate::{
     chardev::OpenFile,
     devmem::Kind,
     error::{eremoteio, refuse},
-    ffi::{self, uapi},
+    ffi,
     peer_mem::{self, UserRange},
-    sys::uring_cmd::UringCmd,
+    stats::{Counters, Key},
+    sys::{miscdev::MiscUringCmd, uapi, uring_cmd::UringCmd},
 };
 use kernel::{
     fs::{file::flags, File},
     ioctl,
+    miscdevice::{MiscDevice, MiscDeviceRegistration},
+    mm::virt::VmaNew,
     prelude::*,
     transmute::{AsBytes, FromBytes},
+    uaccess::{UserPtr, UserSlice},
 };
+
+#[vtable]
+impl MiscDevice for OpenFile {
+    type Ptr = Pin<KBox<Self>>;
+
+    fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
+        OpenFile::new()
+    }
+
+    fn release(me: Pin<KBox<Self>>, _file: &File) {
+        me.release();
+    }
+
+    fn mmap(me: Pin<&OpenFile>, _file: &File, vma: &VmaNew) -> Result {
+        me.mmap(vma)
+    }
+
+    fn ioctl(me: Pin<&OpenFile>, file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        dispatch(&me, file, cmd, arg)
+    }
+}
+
+impl MiscUringCmd for OpenFile {
+    fn uring_cmd(me: Pin<&OpenFile>, file: &File, cmd: &mut UringCmd) -> Result<i32> {
+        uring_cmd(&me, file, cmd)
+    }
+}
 
 /// Reads the argument of a command and writes it back as it was: `EFAULT`
 /// unless it is readable and writable, before the command does anything.
 fn arg<T: FromBytes + AsBytes>(arg: usize) -> Result<T> {
-    let v: T = ffi::copy_from_user(arg)?;
-    ffi::copy_to_user(arg, &v)?;
+    let v: T = copy_from_user(arg)?;
+    copy_to_user(arg, &v)?;
     Ok(v)
 }
 
@@ -89,7 +122,7 @@ const _: () = assert!(uapi::P2PDIRECT_IOC_WRITE == iowr::<uapi::p2pdirect_io>(9)
 const _: () = assert!(uapi::P2PDIRECT_IOC_STATS == iowr::<uapi::p2pdirect_stats>(10));
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
-pub(crate) fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
+fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
     if file.flags() & flags::O_ACCMODE == flags::O_RDONLY && !read_only_ok(cmd) {
         if !KNOWN.contains(&cmd) {
             return Err(unknown(cmd));
@@ -155,9 +188,9 @@ fn list_providers(arg: usize) -> Result<isize> {
         }
         out.push(info, GFP_KERNEL)?;
     }
-    ffi::copy_slice_to_user(req.entries as usize, &out)?;
+    copy_slice_to_user(req.entries as usize, &out)?;
     req.count = u32::try_from(providers.len()).map_err(|_| EOVERFLOW)?;
-    ffi::copy_to_user(arg, &req)?;
+    copy_to_user(arg, &req)?;
     Ok(0)
 }
 
@@ -172,7 +205,7 @@ fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
     req.mmap_offset = info.mmap_offset;
     req.bus_addr = info.bus_addr;
     req.provider_offset = info.provider_offset;
-    if let Err(e) = ffi::copy_to_user(arg, &req) {
+    if let Err(e) = copy_to_user(arg, &req) {
         // The caller cannot learn the handle: undo rather than leak until close.
         me.unalloc(&state);
         return Err(e);
@@ -240,7 +273,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
             GFP_KERNEL,
         )?;
     }
-    ffi::copy_slice_to_user(req.segs as usize, &out)?;
+    copy_slice_to_user(req.segs as usize, &out)?;
     req.count = u32::try_from(segs.len()).map_err(|_| EOVERFLOW)?;
     req.page_size = u32::try_from(claim.page_size()).map_err(|_| EOVERFLOW)?;
     req.client = claim.client_id;
@@ -248,7 +281,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
     drop(claim);
     // The probe's pin may have been the last on memory freed meanwhile.
     crate::devmem::reap();
-    ffi::copy_to_user(arg, &req)?;
+    copy_to_user(arg, &req)?;
     Ok(0)
 }
 
@@ -261,7 +294,7 @@ fn register(me: &OpenFile, arg: usize) -> Result<isize> {
     let (id, client) = me.register(req.addr, req.size, write)?;
     req.id = id;
     req.client = client;
-    if let Err(e) = ffi::copy_to_user(arg, &req) {
+    if let Err(e) = copy_to_user(arg, &req) {
         // The caller cannot learn the id: undo rather than pin until close.
         let _ = me.deregister(id);
         return Err(e);
@@ -276,7 +309,7 @@ fn reg_id(arg: usize, op: impl FnOnce(u64) -> Result<u32>) -> Result<isize> {
         return Err(EINVAL);
     }
     req.state = op(req.id)?;
-    ffi::copy_to_user(arg, &req)?;
+    copy_to_user(arg, &req)?;
     Ok(0)
 }
 
@@ -303,13 +336,13 @@ fn io(me: &OpenFile, arg: usize, write: bool) -> Result<isize> {
     req.bounce_bytes = done.bounced;
     req.zeroed_bytes = done.zeroed;
     req.dma_pci_addr = done.dma_pci;
-    ffi::copy_to_user(arg, &req)?;
+    copy_to_user(arg, &req)?;
     Ok(0)
 }
 
 /// io_uring READ and WRITE (`IORING_OP_URING_CMD`): the argument is read
 /// from the 128-byte SQE; the bytes go to the CQE (see the UAPI header).
-pub(crate) fn uring_cmd(me: &OpenFile, file: &File, cmd: &mut UringCmd) -> Result<i32> {
+fn uring_cmd(me: &OpenFile, file: &File, cmd: &mut UringCmd) -> Result<i32> {
     let write = match cmd.op() {
         uapi::P2PDIRECT_URING_CMD_READ => false,
         uapi::P2PDIRECT_URING_CMD_WRITE => true,
@@ -374,19 +407,75 @@ fn stats(arg: usize, read_only: bool) -> Result<isize> {
     // caller they are put back, so a failed STATS loses nothing.
     let (rows, taken) = {
         let mut table = crate::stats::table();
-        let rows = table.to_uapi()?;
+        let rows = stat_rows(table.rows())?;
         let taken = if reset { Some(table.take()?) } else { None };
         (rows, taken)
     };
     let room = (req.capacity as usize).min(rows.len());
     req.count = u32::try_from(rows.len()).map_err(|_| EOVERFLOW)?;
-    let copied = ffi::copy_slice_to_user(req.entries as usize, &rows[..room])
-        .and_then(|()| ffi::copy_to_user(arg, &req));
+    let copied = copy_slice_to_user(req.entries as usize, &rows[..room])
+        .and_then(|()| copy_to_user(arg, &req));
     if let (Err(_), Some(taken)) = (&copied, taken) {
         crate::stats::table().put_back(taken);
     }
     copied?;
     Ok(0)
+}
+
+/// The UAPI form of the statistics rows.
+fn stat_rows(rows: &[(Key, Counters)]) -> Result<KVec<uapi::p2pdirect_stat>> {
+    let mut out = KVec::with_capacity(rows.len(), GFP_KERNEL)?;
+    for (k, c) in rows {
+        let (kind, id) = match *k {
+            Key::Provider(a) => (uapi::P2PDIRECT_STAT_PROVIDER, a),
+            Key::Block(d) => (uapi::P2PDIRECT_STAT_BLOCK, d),
+        };
+        out.push(
+            uapi::p2pdirect_stat {
+                kind,
+                id,
+                reads: c.reads,
+                writes: c.writes,
+                errors: c.errors,
+                bytes_read: c.bytes_read,
+                bytes_written: c.bytes_written,
+                p2p_bytes: c.p2p,
+                bounce_bytes: c.bounced,
+                zeroed_bytes: c.zeroed,
+                pinned_bytes: c.pinned,
+                lat_min_ns: c.lat_min_ns(),
+                lat_avg_ns: c.lat_avg_ns(),
+                lat_max_ns: c.lat_max_ns(),
+            },
+            GFP_KERNEL,
+        )?;
+    }
+    Ok(out)
+}
+
+/// Reads a UAPI struct from the user address `arg`; `EFAULT` if unreadable.
+pub(crate) fn copy_from_user<T: FromBytes>(arg: usize) -> Result<T> {
+    UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>())
+        .reader()
+        .read()
+}
+
+/// Copies a UAPI struct to the user address `arg`; `EFAULT` if it is not
+/// writable user memory. The struct is written whole, padding included, so
+/// callers build it from zeroed fields.
+pub(crate) fn copy_to_user<T: AsBytes>(arg: usize, value: &T) -> Result {
+    UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>())
+        .writer()
+        .write(value)
+}
+
+/// Copies a slice of UAPI structs to user memory at `arg`.
+pub(crate) fn copy_slice_to_user<T: AsBytes>(arg: usize, values: &[T]) -> Result {
+    let mut w = UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of_val(values)).writer();
+    for v in values {
+        w.write(v)?;
+    }
+    Ok(())
 }
 
 fn free(me: &OpenFile, arg: usize) -> Result<isize> {
@@ -435,6 +524,6 @@ fn get_version(arg: usize) -> Result<isize> {
         *dst = *src as kernel::ffi::c_char;
     }
     // Output only: nothing happens, so no need to probe before.
-    ffi::copy_to_user(arg, &out)?;
+    copy_to_user(arg, &out)?;
     Ok(0)
 }

@@ -87,8 +87,8 @@ impl kernel::InPlaceModule for P2pDirect {
         pr_info!(
             "version {} loading (ABI {}.{})\n",
             MODULE_VERSION,
-            ffi::uapi::P2PDIRECT_ABI_MAJOR,
-            ffi::uapi::P2PDIRECT_ABI_MINOR
+            sys::uapi::P2PDIRECT_ABI_MAJOR,
+            sys::uapi::P2PDIRECT_ABI_MINOR
         );
         let debugfs = kernel::debugfs::Dir::new(c"p2pdirect");
         try_pin_init!(Self {

@@ -13,8 +13,9 @@
 use crate::{
     devmem::AllocState,
     error::{edquot, refuse},
-    ffi::{self, uapi, DmaDevice, UserPin},
+    ffi::{self, DmaDevice, UserPin},
     peer_mem::{Client, Context, DmaSeg, UserRange},
+    sys::uapi,
 };
 use kernel::{page::PAGE_SIZE, prelude::*, sync::Arc};
 

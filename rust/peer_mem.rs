@@ -61,12 +61,7 @@ impl UserRange {
     }
 }
 
-/// One contiguous piece of a DMA mapping.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DmaSeg {
-    pub(crate) addr: u64,
-    pub(crate) len: u64,
-}
+pub(crate) use crate::{devmem::Consumer, ffi::DmaSeg};
 
 /// A claimed range: what `acquire` hands back.
 pub(crate) trait Context: Send {
@@ -99,15 +94,6 @@ pub(crate) trait Client: Send + Sync {
     /// Claims `range` (`Ok(Some)`) or declines it (`Ok(None)`): a client
     /// claims only memory it owns, entirely.
     fn acquire(&self, range: UserRange) -> Result<Option<KBox<dyn Context>>>;
-}
-
-/// Someone holding a claim on p2pdirect's memory, told when it goes away.
-pub(crate) trait Consumer: Send + Sync {
-    /// Distinguishes subscriptions (for [`unsubscribe`]).
-    fn consumer_id(&self) -> u64;
-    /// The memory is going away: drop the claim (unmap, unpin) now and never
-    /// use it again.
-    fn invalidate(&self);
 }
 
 /// A registered client and how many contexts it has out.

@@ -61,9 +61,9 @@ impl RegEntry {
     /// `P2PDIRECT_REG_LIVE` or `P2PDIRECT_REG_DEAD`.
     pub(crate) fn state(&self) -> u32 {
         if self.is_live() {
-            ffi::uapi::P2PDIRECT_REG_LIVE
+            crate::sys::uapi::P2PDIRECT_REG_LIVE
         } else {
-            ffi::uapi::P2PDIRECT_REG_DEAD
+            crate::sys::uapi::P2PDIRECT_REG_DEAD
         }
     }
 }

@@ -8,7 +8,6 @@
 //! One table under one lock, updated once per I/O: the lock is held for a
 //! few additions, never across I/O.
 
-use crate::ffi::uapi;
 use kernel::prelude::*;
 
 /// What a row counts for.
@@ -45,6 +44,16 @@ impl Counters {
             pinned: self.pinned,
             ..Self::default()
         };
+    }
+
+    /// The shortest I/O so far, in nanoseconds (0: none yet).
+    pub(crate) fn lat_min_ns(&self) -> u64 {
+        self.lat_min_ns
+    }
+
+    /// The longest I/O so far, in nanoseconds.
+    pub(crate) fn lat_max_ns(&self) -> u64 {
+        self.lat_max_ns
     }
 
     pub(crate) fn lat_avg_ns(&self) -> u64 {
@@ -155,37 +164,6 @@ impl Table {
 
     pub(crate) fn rows(&self) -> &[(Key, Counters)] {
         &self.rows
-    }
-
-    /// The UAPI form of every row.
-    pub(crate) fn to_uapi(&self) -> Result<KVec<uapi::p2pdirect_stat>> {
-        let mut out = KVec::with_capacity(self.rows.len(), GFP_KERNEL)?;
-        for (k, c) in self.rows.iter() {
-            let (kind, id) = match *k {
-                Key::Provider(a) => (uapi::P2PDIRECT_STAT_PROVIDER, a),
-                Key::Block(d) => (uapi::P2PDIRECT_STAT_BLOCK, d),
-            };
-            out.push(
-                uapi::p2pdirect_stat {
-                    kind,
-                    id,
-                    reads: c.reads,
-                    writes: c.writes,
-                    errors: c.errors,
-                    bytes_read: c.bytes_read,
-                    bytes_written: c.bytes_written,
-                    p2p_bytes: c.p2p,
-                    bounce_bytes: c.bounced,
-                    zeroed_bytes: c.zeroed,
-                    pinned_bytes: c.pinned,
-                    lat_min_ns: c.lat_min_ns,
-                    lat_avg_ns: c.lat_avg_ns(),
-                    lat_max_ns: c.lat_max_ns,
-                },
-                GFP_KERNEL,
-            )?;
-        }
-        Ok(out)
     }
 }
 

@@ -34,7 +34,7 @@
 
 use crate::{
     error::{eopnotsupp, eremoteio, refuse},
-    ffi::{self, uapi, DmaLeg, IoFile, Limits, Pages, PciFunction},
+    ffi::{self, DmaLeg, IoFile, Limits, Pages, PciFunction},
     peer_mem::{self, UserRange},
     registration::RegEntry,
     stats::{Bdf, IoRecord, Key, Pinned},
@@ -42,6 +42,7 @@ use crate::{
         bio::{self, AsyncBatch, AsyncOwner, Batch, BuildBios},
         blkdev::{BlockDevice, DmaDevices},
         fs::{AsyncRw, AsyncRwOwner, Issued},
+        uapi,
         uring_cmd::{PendingCmd, TaskWork, UringCmd},
     },
 };

@@ -16,6 +16,7 @@ pub(crate) mod page_ref;
 pub(crate) mod pci_notify;
 pub(crate) mod pci_p2pdma;
 pub(crate) mod ratelimit;
+pub(crate) mod uapi;
 pub(crate) mod uring_cmd;
 pub(crate) mod vma;
 

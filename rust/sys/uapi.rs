@@ -2,13 +2,14 @@
 
 //! The ABI as the module sees it: generated at build time by bindgen from
 //! include/uapi/linux/p2pdirect.h (see Kbuild), so it cannot drift from the
-//! header. bindgen's layout asserts check every size and offset at compile
+//! header. Only `ioctl.rs` (and the io_uring entry beside it) reads and
+//! writes these structs; other modules use its constants. bindgen's layout asserts check every size and offset at compile
 //! time, and `--clang-macro-fallback` evaluates the `_IOWR()` command numbers
 //! with clang.
 
 #![allow(non_camel_case_types, dead_code, unreachable_pub, clippy::all)]
 
-include!("uapi_generated.rs");
+include!("../ffi/uapi_generated.rs");
 
 /// Marks UAPI structs as plain bytes for `copy_from_user`/`copy_to_user`.
 macro_rules! uapi_pod {

@@ -302,6 +302,7 @@ impl Provider {
     /// `reaped`).
     fn wait_idle(&self) {
         let mut waited_ms = 0u32;
+        let mut next_warn = 5000u32;
         loop {
             let seen = *self.reaped.lock();
             self.revoke_all();
@@ -317,16 +318,19 @@ impl Provider {
             let timeout = kernel::time::msecs_to_jiffies(FOREIGN_PIN_RECHECK_MS);
             match self.idle.wait_interruptible_timeout(&mut guard, timeout) {
                 CondVarTimeoutResult::Woken { .. } => {}
-                CondVarTimeoutResult::Timeout => waited_ms += FOREIGN_PIN_RECHECK_MS,
+                CondVarTimeoutResult::Timeout => {
+                    waited_ms = waited_ms.saturating_add(FOREIGN_PIN_RECHECK_MS)
+                }
                 CondVarTimeoutResult::Signal { .. } => {
                     // Removal is not interruptible; without a lock, sleep
                     // out a short while instead of spinning on the signal.
                     drop(guard);
                     kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
-                    waited_ms += 10;
+                    waited_ms = waited_ms.saturating_add(10);
                 }
             }
-            if waited_ms != 0 && waited_ms % 5000 == 0 {
+            if waited_ms >= next_warn {
+                next_warn = waited_ms.saturating_add(5000);
                 pr_warn!(
                     "provider {}: freed memory still pinned by I/O; waiting for it to end\n",
                     self.index

@@ -19,7 +19,8 @@
 //! 5. `AllocState::inner` (an allocation's memory and subscribers; page
 //!    faults take it under 2.)
 //! 6. `Provider::inner`, then the handle pool and the list of devices whose
-//!    driver is unbinding
+//!    driver is unbinding; `Provider::reaped` (what removal sleeps on) is a
+//!    leaf, taken after `Provider::inner` is let go
 //! 7. `RegEntry::claim`, under which the statistics table is taken (a pin's
 //!    gauge); the statistics table and the peer-memory client registry are
 //!    leaves.
@@ -48,6 +49,11 @@ pub(crate) fn estale() -> Error {
 /// `EOPNOTSUPP`.
 pub(crate) fn eopnotsupp() -> Error {
     errno(bindings::EOPNOTSUPP)
+}
+
+/// `ECANCELED`: an io_uring command whose task went away before it ended.
+pub(crate) fn ecanceled() -> Error {
+    errno(bindings::ECANCELED)
 }
 
 /// `EDQUOT`: over the per-file pin quota (`max_pinned_mib`).

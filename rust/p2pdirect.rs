@@ -74,12 +74,14 @@ struct P2pDirect {
     peer_clients: peer_clients::Builtins,
     /// The storage engine's bio pool.
     bio_set: sys::bio::BioSet,
-    /// The statistics table: set up first, torn down last.
-    stats: stats::Globals,
+    /// Device memory's globals (providers, handles, the graveyard). Fields
+    /// drop in this order, so the three globals go in the reverse of the
+    /// order `init` sets them up in.
+    devmem: devmem::Globals,
     /// The peer-memory client registry.
     peer_mem: peer_mem::Globals,
-    /// Device memory's globals (providers, handles, the graveyard).
-    devmem: devmem::Globals,
+    /// The statistics table: set up first, torn down last.
+    stats: stats::Globals,
 }
 
 impl kernel::InPlaceModule for P2pDirect {

@@ -33,7 +33,7 @@
 //! runs as above, in io_uring's worker.
 
 use crate::{
-    error::{eopnotsupp, eremoteio, refuse},
+    error::{ecanceled, eopnotsupp, eremoteio, refuse},
     ffi::{self, DmaLeg, IoFile, Limits, Pages, PciFunction},
     peer_mem::{self, UserRange},
     registration::RegEntry,
@@ -324,13 +324,19 @@ impl UringIo {
     }
 
     /// Files: the kiocb ended with `r`; `notify`: the file's event is still
-    /// to be sent (an asynchronous kiocb's completion does not send it).
-    fn finish_file(self, r: Result<u64>, notify: bool) -> (i32, u64) {
+    /// to be sent (an asynchronous kiocb's completion does not send it);
+    /// `count_holes`: the zero-filled bytes are counted (reopening the file
+    /// as the caller, so only in the submitter's task).
+    fn finish_file(self, r: Result<u64>, notify: bool, count_holes: bool) -> (i32, u64) {
         let r = r.map(|bytes| {
             if notify && bytes > 0 {
                 self.file.notify(self.write);
             }
-            let zeroed = file_zeroed(&self.file, self.pos, bytes, self.write);
+            let zeroed = if count_holes {
+                file_zeroed(&self.file, self.pos, bytes, self.write)
+            } else {
+                0
+            };
             moved(&self.file, self.write, self.done, bytes, zeroed)
         });
         self.finish(r)
@@ -367,7 +373,9 @@ impl AsyncOwner for UringIo {
 }
 
 impl TaskWork for AsyncBatch<UringIo> {
-    fn run(self: KBox<Self>) -> (i32, u64) {
+    // The bios are done: finishing only counts and drops the cache range,
+    // which is right whoever runs it.
+    fn run(self: KBox<Self>, _cancel: bool) -> (i32, u64) {
         let bios = self.result();
         let (io, built) = KBox::into_inner(self).into_parts();
         let (queued, build_err) = built.unwrap_or((0, Some(EINVAL)));
@@ -440,7 +448,9 @@ fn submit_file(
         };
     }
     let r = rw.result();
-    let (res, res2) = KBox::into_inner(rw).into_owner().finish_file(r, false);
+    let (res, res2) = KBox::into_inner(rw)
+        .into_owner()
+        .finish_file(r, false, true);
     pending.complete_with(res, res2);
     Ok(0)
 }
@@ -459,9 +469,11 @@ impl AsyncRwOwner for UringIo {
 }
 
 impl TaskWork for AsyncRw<UringIo> {
-    fn run(mut self: KBox<Self>) -> (i32, u64) {
+    fn run(mut self: KBox<Self>, cancel: bool) -> (i32, u64) {
         let retry = self.retry_pages();
         let (r, notify) = match retry {
+            // The task is going away: no blocking retry on its behalf.
+            Some(_) if cancel => (Err(ecanceled()), false),
             // The file system gave a NOWAIT read up after part of it went
             // (rare): it runs again here, where it may block.
             Some(pages) => {
@@ -471,7 +483,9 @@ impl TaskWork for AsyncRw<UringIo> {
             }
             None => (self.result(), true),
         };
-        KBox::into_inner(self).into_owner().finish_file(r, notify)
+        KBox::into_inner(self)
+            .into_owner()
+            .finish_file(r, notify, !cancel)
     }
 }
 

@@ -17,6 +17,11 @@
 
 #include "shim.h"
 
+/* What rust/sys/uring_cmd.rs relies on, checked against the headers. */
+static_assert(offsetof(struct io_kiocb, cmd) == 0);
+static_assert(offsetof(struct io_uring_sqe, cmd) == 48);
+static_assert(IO_URING_CMD_TASK_WORK_ISSUE_FLAGS == IO_URING_F_COMPLETE_DEFER);
+
 static DEFINE_RATELIMIT_STATE(p2pdirect_rs, 5 * HZ, 10);
 
 bool p2pdirect_ratelimit(void)

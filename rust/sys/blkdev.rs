@@ -132,7 +132,8 @@ impl BlockDevice {
         };
         Limits {
             logical_block_size: lbs,
-            max_bytes: max_sectors.saturating_mul(512),
+            // `queue_max_bytes()`: at most `INT_MAX` rounded down to a sector.
+            max_bytes: max_sectors.min(i32::MAX as u32 >> 9) << 9,
             max_segments: max_segments.min(bindings::BIO_MAX_VECS),
             // SAFETY: as above: the block device is open.
             p2pdma: unsafe { c::p2pdirect_bdev_p2pdma(b) },

@@ -28,7 +28,10 @@ macro_rules! global_mutex {
     ) => {
         kernel::sync::global_lock! {
             // SAFETY: only `$token::init` calls `init`, and its flag lets
-            // that happen once.
+            // that happen once. It runs before the first lock: the crate
+            // root sets every token up first in module init, before it
+            // registers anything (driver, misc device, notifier) through
+            // which the accessor can be reached.
             $avis unsafe(uninit) static $name: Mutex<$ty> = $init;
         }
 

@@ -65,27 +65,29 @@ impl UringCmd {
         }
     }
 
-    /// The command as io_uring issued it.
-    fn get(&self) -> &RawCmd {
+    /// The command's file, SQE, `cmd_op` and flags, read field by field:
+    /// no reference covers the `pdu`, which a queued completion may write.
+    fn fields(&self) -> (*mut bindings::file, *const helpers::io_uring_sqe, u32, u32) {
+        let raw = self.raw.as_ptr();
         // SAFETY: the command is valid during the issue (type invariant);
         // io_uring does not write these fields meanwhile.
-        unsafe { self.raw.as_ref() }
+        unsafe { ((*raw).file, (*raw).sqe, (*raw).cmd_op, (*raw).flags) }
     }
 
     /// The `struct file` the command was issued on.
     pub(crate) fn file_raw(&self) -> *mut bindings::file {
-        self.get().file
+        self.fields().0
     }
 
     /// `sqe->cmd_op`.
     pub(crate) fn op(&self) -> u32 {
-        self.get().cmd_op
+        self.fields().2
     }
 
     /// `sqe->uring_cmd_flags`: the `IORING_URING_CMD_*` flags the submitter
     /// set (io_uring's own, such as its reissue mark, left out).
     pub(crate) fn cmd_flags(&self) -> u32 {
-        self.get().flags & helpers::IORING_URING_CMD_MASK
+        self.fields().3 & helpers::IORING_URING_CMD_MASK
     }
 
     fn issue_flag(&self, flag: helpers::io_uring_cmd_flags) -> bool {
@@ -104,8 +106,8 @@ impl UringCmd {
         if !self.issue_flag(helpers::io_uring_cmd_flags_IO_URING_F_SQE128) {
             return None;
         }
-        let sqe = self.get().sqe;
-        // SAFETY: as in `get`, the SQE is valid during the issue; the command
+        let sqe = self.fields().1;
+        // SAFETY: as in `fields`, the SQE is valid during the issue; the command
         // area of a 128-byte SQE (from `cmd`, to the end of its second half)
         // has `SQE128_CMD_BYTES` readable bytes. On an inline issue they are
         // in the ring, which userspace may write meanwhile, so they are
@@ -156,12 +158,14 @@ impl UringCmd {
     }
 }
 
-/// Work that completes a command in its submitter's task (process
-/// context: it may sleep); returns the CQE's `res` and, with 32-byte CQEs,
-/// `big_cqe[0]`.
+/// Work that completes a command, in process context (it may sleep);
+/// returns the CQE's `res` and, with 32-byte CQEs, `big_cqe[0]`.
 pub(crate) trait TaskWork: Send + 'static {
-    /// Runs once.
-    fn run(self: KBox<Self>) -> (i32, u64);
+    /// Runs once. Normally in the submitter's task; with `cancel` (the task
+    /// is exiting, or io_uring is tearing the ring down) from io_uring's
+    /// fallback worker instead, where the work must only let go and report,
+    /// not start new blocking work on the task's behalf.
+    fn run(self: KBox<Self>, cancel: bool) -> (i32, u64);
 }
 
 /// A queued command, completed by its handle.
@@ -254,7 +258,7 @@ impl Drop for PendingCmd {
 enum Posted {}
 
 impl TaskWork for Posted {
-    fn run(self: KBox<Self>) -> (i32, u64) {
+    fn run(self: KBox<Self>, _cancel: bool) -> (i32, u64) {
         match *self {}
     }
 }
@@ -267,7 +271,7 @@ impl TaskWork for Posted {
 /// io_uring calls it once, in the submitter's task, for a command that
 /// [`PendingCmd::finish`] queued with `W` (its `pdu` holds a [`Pdu`] whose
 /// `work` is null or from `KBox::<W>::into_raw`).
-unsafe extern "C" fn task_work<W: TaskWork>(req: helpers::io_tw_req, _tw: helpers::io_tw_token_t) {
+unsafe extern "C" fn task_work<W: TaskWork>(req: helpers::io_tw_req, tw: helpers::io_tw_token_t) {
     // `io_uring_cmd_from_tw()`: the command is the start of its request
     // (`cmd_to_io_kiocb()` is the same cast the other way).
     let raw = req.req.cast::<RawCmd>();
@@ -277,7 +281,7 @@ unsafe extern "C" fn task_work<W: TaskWork>(req: helpers::io_tw_req, _tw: helper
         (pdu.res, pdu.res2)
     } else {
         // SAFETY: the caller's promise; the box is taken back once, here.
-        unsafe { KBox::<W>::from_raw(pdu.work.cast()) }.run()
+        unsafe { KBox::<W>::from_raw(pdu.work.cast()) }.run(tw.cancel)
     };
     // SAFETY: the command is pending and completed once, here, from task
     // work (`IO_URING_CMD_TASK_WORK_ISSUE_FLAGS`).

@@ -9,10 +9,10 @@
 use crate::{
     devmem::{AllocInfo, AllocState, Allocation},
     error::refuse,
-    ffi::{self, FileMapping},
+    ffi::FileMapping,
     registration::{self, FileRegs},
     storage::{DmaHint, IoOwner},
-    sys::miscdev::OwnedMiscDevice,
+    sys::{miscdev::OwnedMiscDevice, vma},
 };
 use kernel::{
     fs::File,
@@ -160,14 +160,14 @@ impl OpenFile {
 
     /// Maps one allocation, named by the `mmap_offset` ALLOC returned, whole.
     pub(crate) fn mmap(&self, vma: &VmaNew) -> Result {
-        if !ffi::vma_may_share(vma) {
+        if !vma::may_share(vma) {
             refuse!(EINVAL, "mmap refused: device memory needs MAP_SHARED\n");
         }
         if vma.executable() {
             refuse!(EPERM, "mmap refused: device memory is never executable\n");
         }
         vma.try_clear_mayexec()?;
-        let offset = ffi::vma_offset(vma);
+        let offset = vma::vma_offset(vma);
         let len = (vma.end() - vma.start()) as u64;
         let allocs = self.allocs.lock();
         let Some(a) = allocs.iter().find(|a| a.state.mmap_offset() == offset) else {

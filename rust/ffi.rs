@@ -6,13 +6,10 @@
 //! by `crate::sys`.
 
 pub(crate) use crate::sys::blkdev::{DmaLeg, Limits};
+pub(crate) use crate::sys::file::FileMapping;
 pub(crate) use crate::sys::gup::{user_addr_is_p2pdma, Pages};
 pub(crate) use crate::sys::pci_p2pdma::{add_bar as p2pdma_add_bar, bar_is_mem, P2pMem};
 use crate::sys::{blkdev::BlockDevice, dma::DmaMapping, file as sys_file, pci_p2pdma};
-pub(crate) use crate::sys::{
-    file::FileMapping,
-    vma::{may_share as vma_may_share, vma_offset},
-};
 
 use kernel::{fs::File, pci, prelude::*, sync::aref::ARef};
 

@@ -194,7 +194,13 @@ struct Pdu {
     cqe32: bool,
 }
 
-const _: () = assert!(core::mem::size_of::<Pdu>() <= 32);
+// The `Pdu` fits the command's `pdu` field and is aligned there.
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<Pdu>() <= offset_of!(RawCmd, unused) - offset_of!(RawCmd, pdu));
+    assert!(offset_of!(RawCmd, pdu) % align_of::<Pdu>() == 0);
+    assert!(align_of::<RawCmd>() >= align_of::<Pdu>());
+};
 
 impl PendingCmd {
     /// Stores `pdu` in the command and queues `tw` to run in the
@@ -207,8 +213,8 @@ impl PendingCmd {
         let me = core::mem::ManuallyDrop::new(self);
         let raw = me.raw.as_ptr();
         // SAFETY: the command is pending (type invariant), so its `pdu` is
-        // the driver's, 8-aligned (it follows two pointers and two `u32`)
-        // and large enough (asserted above). The command is completed once,
+        // the driver's; it is aligned for and large enough to hold a `Pdu`
+        // (asserted above against the generated layout). The command is completed once,
         // here: `tw` posts it. `__io_uring_cmd_do_in_task` with no flags is
         // `io_uring_cmd_complete_in_task`, callable from any context.
         unsafe {

@@ -50,7 +50,9 @@ lint:
 clean:
 	@if [ -n "$(KDIR)" ]; then $(MAKE) -C "$(KDIR)" M=$(CURDIR) clean; fi
 	rm -f *.o *.ko *.mod *.mod.c .*.cmd modules.order Module.symvers \
-		rust/*.o rust/.*.cmd rust/ffi/*.o rust/ffi/.*.cmd rust/ffi/uapi_generated.rs rust/ffi/shim_generated.rs
+		rust/*.o rust/.*.cmd rust/ffi/*.o rust/ffi/.*.cmd rust/ffi/uapi_generated.rs rust/ffi/shim_generated.rs \
+		testmod/*.o testmod/.*.cmd testmod/*.ko testmod/*.mod testmod/*.mod.c \
+		testmod/modules.order testmod/Module.symvers
 	$(MAKE) -C userspace-test/c clean KSRC=/nonexistent
 	cd userspace-test/rust && cargo clean
 

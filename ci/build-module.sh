@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Builds p2pdirect.ko. With KDIR unset: against the cached test kernel (built
+# Builds p2pdirect.ko and the test modules (testmod/). With KDIR unset: against the cached test kernel (built
 # first if needed) with the clang/Debian-rustc toolchain it was built with.
 # With KDIR set: against that tree, with whatever LLVM/RUSTC the caller sets.
 set -euo pipefail
@@ -11,6 +11,11 @@ if [ -z "${KDIR:-}" ]; then
 	. "$here/lib.sh"
 	"$here/install-deps.sh"
 	KDIR=$("$here/build-kernel.sh")
-	exec make -C "$KDIR" M="$repo" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" modules
+	for m in "$repo" "$repo/testmod"; do
+		make -C "$KDIR" M="$m" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" modules
+	done
+	exit 0
 fi
-exec make -C "$KDIR" M="$repo" modules
+for m in "$repo" "$repo/testmod"; do
+	make -C "$KDIR" M="$m" modules
+done

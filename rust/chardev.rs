@@ -12,7 +12,7 @@ use crate::{
     ffi::FileMapping,
     registration::{self, FileRegs},
     storage::{DmaHint, IoOwner},
-    sys::{miscdev::OwnedMiscDevice, vma},
+    sys::{dma_buf::NewBuf, miscdev::OwnedMiscDevice, vma},
 };
 use kernel::{
     fs::File,
@@ -130,6 +130,18 @@ impl OpenFile {
         };
         alloc.free();
         Ok(())
+    }
+}
+
+impl OpenFile {
+    /// P2PDIRECT_IOC_EXPORT_DMABUF: the new dma-buf's file.
+    pub(crate) fn export_dmabuf(&self, handle: u64, offset: u64, size: u64) -> Result<NewBuf> {
+        let state = {
+            let allocs = self.allocs.lock();
+            let a = allocs.iter().find(|a| a.handle() == handle).ok_or(ENOENT)?;
+            a.state.clone()
+        };
+        crate::dmabuf::export(state, offset, size)
     }
 }
 

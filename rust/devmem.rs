@@ -35,7 +35,10 @@
 use crate::{
     ffi::{self, FileMapping, P2pMem, PciFunction},
     range_alloc::RangeAllocator,
-    sys::vma::{self, DeviceMapping, Fault, FaultSlot},
+    sys::{
+        pci_p2pdma::P2pProvider,
+        vma::{self, DeviceMapping, Fault, FaultSlot},
+    },
 };
 use kernel::{
     id_pool::IdPool,
@@ -498,8 +501,31 @@ pub(crate) struct AllocState {
     pub(crate) provider: Arc<Provider>,
     /// Set when revocation starts (read without the lock, by `revoke_all`).
     revoked: Atomic<bool>,
+    /// [`Hold`]s alive (dma-buf mappings): the memory is not given back
+    /// while there is one.
+    holds: Atomic<u64>,
     #[pin]
     inner: Mutex<StateInner>,
+}
+
+/// Keeps an allocation's memory from being reused after revocation, for a
+/// user that does not reference its pages (a dma-buf mapping: importers DMA
+/// to the physical range). Dropping it lets the memory go.
+pub(crate) struct Hold(Arc<AllocState>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if self.0.holds.fetch_sub(1, Full) == 1 {
+            reap();
+        }
+    }
+}
+
+/// Where a range of an allocation is, to map it for a peer.
+pub(crate) struct PeerRange {
+    pub(crate) provider: P2pProvider,
+    pub(crate) phys: u64,
+    pub(crate) hold: Hold,
 }
 
 impl AllocState {
@@ -535,6 +561,46 @@ impl AllocState {
         };
         let (mem, start) = live.backing.mem();
         pin.within(mem, start, self.size as usize)
+    }
+
+    /// The provider and physical address of bytes `off..off + len` (inside
+    /// the allocation), held until the [`Hold`] drops; `ENODEV` once revoked.
+    pub(crate) fn hold_range(self: &Arc<Self>, off: u64, len: u64) -> Result<PeerRange> {
+        let end = off.checked_add(len).ok_or(EINVAL)?;
+        if end > self.size {
+            return Err(EINVAL);
+        }
+        let inner = self.inner.lock();
+        let live = inner.live.as_ref().ok_or(ENODEV)?;
+        let (mem, start) = live.backing.mem();
+        // Bounded by the allocation's size, which is a usize.
+        let at = start + off as usize;
+        let provider = mem.provider(at).ok_or(ENODEV)?;
+        let phys = mem.phys(at).ok_or(ENODEV)?;
+        // Under the lock, so a revocation (which takes it) sees the hold.
+        self.holds.fetch_add(1, Full);
+        Ok(PeerRange {
+            provider,
+            phys,
+            hold: Hold(self.clone()),
+        })
+    }
+
+    /// Maps the page at byte `off` of the allocation into `slot`.
+    pub(crate) fn fault_at(&self, off: u64, slot: FaultSlot<'_>) -> Fault {
+        if off >= self.size {
+            return Fault::Gone;
+        }
+        let inner = self.inner.lock();
+        let Some(live) = inner.live.as_ref() else {
+            return Fault::Gone;
+        };
+        let (mem, start) = live.backing.mem();
+        match mem.insert_page(start + off as usize, slot) {
+            Ok(()) => Fault::Mapped,
+            Err(e) if e == ENOMEM => Fault::NoMemory,
+            Err(_) => Fault::Gone,
+        }
     }
 
     /// Takes the memory away from everyone (see the module documentation)
@@ -574,6 +640,9 @@ impl AllocState {
         let Some(dead) = inner.dead.as_ref() else {
             return inner.live.is_none();
         };
+        if self.holds.load(Acquire) != 0 {
+            return false;
+        }
         let (mem, start) = dead.mem();
         if mem.try_release(start, self.size as usize).is_err() {
             return false;
@@ -602,19 +671,7 @@ impl DeviceMapping for AllocState {
         let Some(off) = offset.checked_sub(self.mmap_offset()) else {
             return Fault::Gone;
         };
-        if off >= self.size {
-            return Fault::Gone;
-        }
-        let inner = self.inner.lock();
-        let Some(live) = inner.live.as_ref() else {
-            return Fault::Gone;
-        };
-        let (mem, start) = live.backing.mem();
-        match mem.insert_page(start + off as usize, slot) {
-            Ok(()) => Fault::Mapped,
-            Err(e) if e == ENOMEM => Fault::NoMemory,
-            Err(_) => Fault::Gone,
-        }
+        self.fault_at(off, slot)
     }
 }
 
@@ -736,6 +793,7 @@ impl Allocation {
                         size,
                         provider: owner,
                         revoked: Atomic::new(false),
+                        holds: Atomic::new(0),
                         inner <- new_mutex!(StateInner {
                             live: None,
                             dead: None,

@@ -27,7 +27,10 @@ use crate::{
     sys::{miscdev::MiscUringCmd, uapi, uring_cmd::UringCmd},
 };
 use kernel::{
-    fs::{file::flags, File},
+    fs::{
+        file::{flags, FileDescriptorReservation},
+        File,
+    },
     ioctl,
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     mm::virt::VmaNew,
@@ -72,11 +75,12 @@ fn arg<T: FromBytes + AsBytes>(arg: usize) -> Result<T> {
 }
 
 /// Every command of the ABI.
-const KNOWN: [u32; 11] = [
+const KNOWN: [u32; 12] = [
     uapi::P2PDIRECT_IOC_GET_VERSION,
     uapi::P2PDIRECT_IOC_LIST_PROVIDERS,
     uapi::P2PDIRECT_IOC_ALLOC,
     uapi::P2PDIRECT_IOC_FREE,
+    uapi::P2PDIRECT_IOC_EXPORT_DMABUF,
     uapi::P2PDIRECT_IOC_DMA_PROBE,
     uapi::P2PDIRECT_IOC_REGISTER,
     uapi::P2PDIRECT_IOC_DEREGISTER,
@@ -120,6 +124,8 @@ const _: () = assert!(uapi::P2PDIRECT_IOC_REG_QUERY == iowr::<uapi::p2pdirect_re
 const _: () = assert!(uapi::P2PDIRECT_IOC_READ == iowr::<uapi::p2pdirect_io>(8));
 const _: () = assert!(uapi::P2PDIRECT_IOC_WRITE == iowr::<uapi::p2pdirect_io>(9));
 const _: () = assert!(uapi::P2PDIRECT_IOC_STATS == iowr::<uapi::p2pdirect_stats>(10));
+const _: () =
+    assert!(uapi::P2PDIRECT_IOC_EXPORT_DMABUF == iowr::<uapi::p2pdirect_export_dmabuf>(11));
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
@@ -144,6 +150,7 @@ fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
         uapi::P2PDIRECT_IOC_REG_QUERY => reg_id(arg, |id| me.reg_state(id)),
         uapi::P2PDIRECT_IOC_READ => io(me, arg, false),
         uapi::P2PDIRECT_IOC_WRITE => io(me, arg, true),
+        uapi::P2PDIRECT_IOC_EXPORT_DMABUF => export_dmabuf(me, arg),
         uapi::P2PDIRECT_IOC_STATS => stats(arg, file.flags() & flags::O_ACCMODE == flags::O_RDONLY),
         _ => Err(unknown(cmd)),
     }
@@ -210,6 +217,26 @@ fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
         me.unalloc(&state);
         return Err(e);
     }
+    Ok(0)
+}
+
+/// The fd is reserved before and installed after the copy-out, so a caller
+/// that cannot learn it gets no descriptor either.
+fn export_dmabuf(me: &OpenFile, arg: usize) -> Result<isize> {
+    let mut req: uapi::p2pdirect_export_dmabuf = self::arg(arg)?;
+    if req.flags & !uapi::P2PDIRECT_EXPORT_CLOEXEC != 0 {
+        return Err(EINVAL);
+    }
+    let fd_flags = if req.flags & uapi::P2PDIRECT_EXPORT_CLOEXEC != 0 {
+        flags::O_CLOEXEC
+    } else {
+        0
+    };
+    let fd = FileDescriptorReservation::get_unused_fd_flags(fd_flags)?;
+    let buf = me.export_dmabuf(req.handle, req.offset, req.size)?;
+    req.fd = i32::try_from(fd.reserved_fd()).map_err(|_| EMFILE)?;
+    copy_to_user(arg, &req)?;
+    fd.fd_install(buf.into_file());
     Ok(0)
 }
 

@@ -10,6 +10,7 @@
 mod bar_driver;
 mod chardev;
 mod devmem;
+mod dmabuf;
 mod error;
 mod ffi;
 mod ioctl;
@@ -29,6 +30,7 @@ module! {
     authors: ["p2pdirect developers"],
     description: "Device memory, peer-memory clients and direct storage I/O on PCI P2PDMA",
     license: "GPL",
+    imports_ns: ["DMA_BUF"],
     params: {
         max_pinned_mib: u64 {
             default: 1024,

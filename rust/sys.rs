@@ -7,6 +7,7 @@
 pub(crate) mod bio;
 pub(crate) mod blkdev;
 pub(crate) mod dma;
+pub(crate) mod dma_buf;
 pub(crate) mod file;
 pub(crate) mod fs;
 pub(crate) mod global;

@@ -356,6 +356,7 @@ teardown_suites() {
 	say "# suite: guest-unload"
 	n=0
 	fails=0
+	check "rmmod p2pd_importer" rmmod p2pd_importer
 	check "rmmod p2pdirect" rmmod p2pdirect
 	check "module and /dev/p2pdirect gone" module_gone
 	check "kmemleak reports nothing" kmemleak_clean
@@ -374,6 +375,8 @@ mount_and_load() {
 	# A small pin cap, so that the tests can reach it (peermem_test).
 	check "insmod p2pdirect.ko max_pinned_mib=96" insmod /p2pdirect.ko max_pinned_mib=96
 	check "/dev/p2pdirect is a root-only char device" devnode_root_only
+	# The dma-buf importer playing an RDMA driver (testmod/, dmabuf_test).
+	check "insmod p2pd_importer.ko" insmod /p2pd_importer.ko
 }
 
 run_checks() {
@@ -402,6 +405,7 @@ run_checks() {
 	run_suite c-peermem /tests/peermem_test
 	run_suite c-storage /tests/storage_test
 	run_suite c-uring /tests/uring_test
+	run_suite c-dmabuf /tests/dmabuf_test
 	run_suite c-fault /tests/fault_test
 	stack_suites
 	for t in /tests/rust-*; do

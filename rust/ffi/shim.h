@@ -6,6 +6,7 @@
 #ifndef P2PDIRECT_SHIM_H
 #define P2PDIRECT_SHIM_H
 
+#include <linux/dma-buf-mapping.h>	/* for bindgen: P2P dma-buf maps */
 #include <linux/fs.h>
 #include <linux/io_uring/cmd.h>	/* for bindgen: the io_uring command */
 #include <linux/mm_types.h>
@@ -37,5 +38,9 @@ bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write);
 bool p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
 			  void (*complete)(struct kiocb *, long), bool nowait);
 void p2pdirect_kiocb_end_write(struct kiocb *k);
+
+struct dma_resv;
+void p2pdirect_dma_resv_lock(struct dma_resv *resv);
+void p2pdirect_dma_resv_unlock(struct dma_resv *resv);
 
 #endif /* P2PDIRECT_SHIM_H */

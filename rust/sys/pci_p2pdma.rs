@@ -364,6 +364,40 @@ impl P2pMem {
     }
 }
 
+impl P2pMem {
+    /// The P2PDMA provider (the BAR) holding byte `off`, for mapping it to
+    /// peers (`None` past the end).
+    pub(crate) fn provider(&self, off: usize) -> Option<P2pProvider> {
+        let (bar, _, _) = bar_of_bus_addr(&self.pdev, self.bus_addr(off))?;
+        // SAFETY: the memory came from this function's pool, so its P2PDMA
+        // state is set up (`pcim_p2pdma_init`) and `bar` is a memory BAR.
+        let p = unsafe { bindings::pcim_p2pdma_provider(raw(&self.pdev), bar as i32) };
+        // INVARIANT: the provider of a BAR whose pool this memory is from.
+        NonNull::new(p).map(|p| P2pProvider {
+            p,
+            _dev: self.pdev.clone(),
+        })
+    }
+}
+
+/// The P2PDMA provider of one BAR (`struct p2pdma_provider`).
+///
+/// # Invariants
+///
+/// `p` is the provider of a BAR of `_dev`; the PCI core frees it when the
+/// owning driver unbinds (device-managed), so a holder uses it only while
+/// memory taken from that BAR is still held by the owner (not revoked).
+pub(crate) struct P2pProvider {
+    p: NonNull<bindings::p2pdma_provider>,
+    _dev: ARef<pci::Device>,
+}
+
+impl P2pProvider {
+    pub(crate) fn as_ptr(&self) -> *mut bindings::p2pdma_provider {
+        self.p.as_ptr()
+    }
+}
+
 impl Drop for P2pMem {
     fn drop(&mut self) {
         // SAFETY: by the type invariant this is the allocation's one free,

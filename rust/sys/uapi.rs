@@ -40,6 +40,7 @@ uapi_pod!(
     p2pdirect_stat,
     p2pdirect_stats,
     p2pdirect_uring_io,
+    p2pdirect_export_dmabuf,
 );
 
 // No implicit padding: each size is the sum of its fields.
@@ -58,5 +59,6 @@ const _: () = {
     assert!(size_of::<p2pdirect_io>() == 4 + 4 + 8 * 8 + 4 + 4);
     assert!(size_of::<p2pdirect_stat>() == 4 + 4 + 12 * 8);
     assert!(size_of::<p2pdirect_stats>() == 8 + 4 * 4);
+    assert!(size_of::<p2pdirect_export_dmabuf>() == 3 * 8 + 4 + 4);
     assert!(size_of::<p2pdirect_uring_io>() == 4 + 4 + 4 * 8);
 };

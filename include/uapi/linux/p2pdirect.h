@@ -28,13 +28,17 @@
  * Open mode (since ABI 1.6): a file opened O_RDONLY may GET_VERSION,
  * LIST_PROVIDERS and STATS without P2PDIRECT_STATS_RESET; every command that
  * takes resources, moves data or resets counters (ALLOC, FREE, DMA_PROBE,
- * REGISTER, DEREGISTER, REG_QUERY, READ, WRITE, STATS with RESET) needs
+ * REGISTER, DEREGISTER, REG_QUERY, READ, WRITE, EXPORT_DMABUF, STATS with
+ * RESET) needs
  * O_RDWR or O_WRONLY, else -EBADF (as write(2) on a read-only descriptor).
  *
  * /dev/p2pdirect is created with mode 0600 (root only); an ordinary user gets
  * -EACCES at open unless an administrator widens the node (udev rule). An
  * open file, and any mapping of device memory (which holds its file), holds
  * the module: rmmod fails ("in use") until the last one is gone.
+ *
+ * ABI 1.9 adds P2PDIRECT_IOC_EXPORT_DMABUF: device memory as a P2P dma-buf
+ * for other drivers (RDMA NICs: ibv_reg_dmabuf_mr).
  *
  * ABI 1.8 adds asynchronous READ and WRITE through io_uring
  * (P2PDIRECT_URING_CMD_READ/WRITE, struct p2pdirect_uring_io below).
@@ -61,7 +65,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 8
+#define P2PDIRECT_ABI_MINOR 9
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -563,6 +567,57 @@ struct p2pdirect_uring_io {
 	__u64 file_offset;
 	__u64 buf_offset;
 };
+
+/* struct p2pdirect_export_dmabuf.flags */
+#define P2PDIRECT_EXPORT_CLOEXEC 1	/* the new fd is close-on-exec */
+
+/**
+ * struct p2pdirect_export_dmabuf - P2PDIRECT_IOC_EXPORT_DMABUF (since ABI 1.9)
+ * @handle: in, an allocation of this open file (from P2PDIRECT_IOC_ALLOC)
+ * @offset: in, where the exported range starts in the allocation; page aligned
+ * @size: in, bytes; page aligned; 0 exports from @offset to the end
+ * @flags: in, P2PDIRECT_EXPORT_*
+ * @fd: out, the dma-buf file descriptor (opened read-write)
+ *
+ * Exports a range of device memory as a dma-buf that other drivers import
+ * (an RDMA NIC through ibv_reg_dmabuf_mr, another GPU, a DMA engine). The
+ * dma-buf gives no copy of the memory: it is a second name for the same
+ * bytes, like the mmap of the allocation.
+ *
+ * Importers: an attach is refused unless the importer allows peer-to-peer
+ * DMA (allow_peer2peer) and can be revoked (it has an invalidate_mappings
+ * callback): -EOPNOTSUPP; or if its device cannot reach the memory (not a
+ * PCI device, or the PCI topology and host bridge give no P2P path, as
+ * pci_p2pdma_map_type() judges): -EREMOTEIO. The kernel log says which.
+ * A mapping's DMA addresses are those the importer's device must use: the
+ * PCI bus addresses behind a common switch, an IOMMU mapping through the
+ * host bridge where the bridge allows P2P. mmap() of the dma-buf fd maps the
+ * memory for the CPU as the /dev/p2pdirect mapping does (MAP_SHARED only).
+ *
+ * Revocation: FREE of the allocation, close of the /dev/p2pdirect file that
+ * owns it (or process exit) and the removal of the memory's device revoke
+ * every dma-buf of it: CPU mappings of it are zapped (SIGBUS after), each
+ * importer is told through its invalidate_mappings callback, and later maps
+ * and attaches fail with -ENODEV. The memory returns to the provider only
+ * after every importer unmapped; device removal waits for that. The dma-buf
+ * fd itself stays valid (closing it is the owner's business) but is dead.
+ * A dma-buf holds the module: rmmod fails while one is open.
+ *
+ * Errors: -ENOENT no such allocation on this file; -EINVAL unknown flags,
+ * @offset or @size not page aligned, or the range not inside the
+ * allocation; -ENODEV the memory's device is going away; -EMFILE no free
+ * file descriptor.
+ */
+struct p2pdirect_export_dmabuf {
+	__u64 handle;
+	__u64 offset;
+	__u64 size;
+	__u32 flags;
+	__s32 fd;
+};
+
+#define P2PDIRECT_IOC_EXPORT_DMABUF \
+	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 11, struct p2pdirect_export_dmabuf)
 
 /* At most this many io_uring commands in flight per open /dev/p2pdirect file. */
 #define P2PDIRECT_URING_MAX_INFLIGHT 256

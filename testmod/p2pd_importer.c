@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * p2pd_importer: a dma-buf importer for the tests, playing an RDMA driver
+ * (ibv_reg_dmabuf_mr's kernel side) on a PCI device of the VM.
+ *
+ * Each open file of debugfs p2pd_importer/ctl is one importer. Commands
+ * written to it (one per write; an error is the write's result):
+ *   attach FD BDF [nop2p] [norevoke] [lazy]
+ *	dma_buf_dynamic_attach() of dma-buf FD for PCI function BDF;
+ *	nop2p: without allow_peer2peer; norevoke: without an
+ *	invalidate_mappings callback; lazy: the callback only counts, the
+ *	mapping stays until "unmap" (an importer slow to let go)
+ *   map	dma_buf_map_attachment(), bidirectional
+ *   unmap	dma_buf_unmap_attachment()
+ *   detach	dma_buf_detach() and dma_buf_put()
+ * Reading gives "attached A mapped M invalidations N segs S" and a line
+ * "seg DMA_ADDR LEN" per DMA segment of the mapping (hex). Closing the file
+ * unmaps and detaches.
+ */
+#include <linux/debugfs.h>
+#include <linux/dma-buf.h>
+#include <linux/dma-resv.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+
+MODULE_IMPORT_NS("DMA_BUF");
+
+struct importer {
+	struct mutex lock;	/* serialises commands of this file */
+	struct dma_buf *buf;
+	struct dma_buf_attachment *att;
+	struct pci_dev *pdev;
+	struct sg_table *sgt;	/* under the reservation lock */
+	bool lazy;
+	unsigned int invalidations;
+};
+
+static struct dentry *dir;
+
+/* Reservation lock held by the caller (dma_buf_invalidate_mappings). */
+static void importer_invalidate(struct dma_buf_attachment *att)
+{
+	struct importer *im = att->importer_priv;
+
+	im->invalidations++;
+	pr_info("p2pd_importer: %s: mapping invalidated%s\n", pci_name(im->pdev),
+		im->lazy ? " (lazy: kept until unmap)" : "");
+	if (!im->lazy && im->sgt) {
+		dma_buf_unmap_attachment(att, im->sgt, DMA_BIDIRECTIONAL);
+		im->sgt = NULL;
+	}
+}
+
+static const struct dma_buf_attach_ops ops_p2p = {
+	.allow_peer2peer = true,
+	.invalidate_mappings = importer_invalidate,
+};
+
+static const struct dma_buf_attach_ops ops_nop2p = {
+	.allow_peer2peer = false,
+	.invalidate_mappings = importer_invalidate,
+};
+
+static const struct dma_buf_attach_ops ops_norevoke = {
+	.allow_peer2peer = true,
+};
+
+static void importer_unmap(struct importer *im)
+{
+	dma_resv_lock(im->buf->resv, NULL);
+	if (im->sgt)
+		dma_buf_unmap_attachment(im->att, im->sgt, DMA_BIDIRECTIONAL);
+	im->sgt = NULL;
+	dma_resv_unlock(im->buf->resv);
+}
+
+static void importer_detach(struct importer *im)
+{
+	if (!im->att)
+		return;
+	importer_unmap(im);
+	dma_buf_detach(im->buf, im->att);
+	dma_buf_put(im->buf);
+	pci_dev_put(im->pdev);
+	im->att = NULL;
+	im->buf = NULL;
+	im->pdev = NULL;
+}
+
+static int importer_attach(struct importer *im, char *args)
+{
+	const struct dma_buf_attach_ops *ops = &ops_p2p;
+	char *fd_s = strsep(&args, " "), *bdf = strsep(&args, " "), *opt;
+	struct dma_buf_attachment *att;
+	struct dma_buf *buf;
+	struct pci_dev *pdev;
+	struct device *dev;
+	int fd, ret;
+
+	if (im->att)
+		return -EBUSY;
+	if (!fd_s || !bdf || kstrtoint(fd_s, 10, &fd))
+		return -EINVAL;
+	im->lazy = false;
+	while ((opt = strsep(&args, " "))) {
+		if (!strcmp(opt, "nop2p"))
+			ops = &ops_nop2p;
+		else if (!strcmp(opt, "norevoke"))
+			ops = &ops_norevoke;
+		else if (!strcmp(opt, "lazy"))
+			im->lazy = true;
+		else if (*opt)
+			return -EINVAL;
+	}
+	dev = bus_find_device_by_name(&pci_bus_type, NULL, bdf);
+	if (!dev)
+		return -ENODEV;
+	pdev = to_pci_dev(dev);
+	buf = dma_buf_get(fd);
+	if (IS_ERR(buf)) {
+		ret = PTR_ERR(buf);
+		goto put_dev;
+	}
+	att = dma_buf_dynamic_attach(buf, &pdev->dev, ops, im);
+	if (IS_ERR(att)) {
+		ret = PTR_ERR(att);
+		dma_buf_put(buf);
+		goto put_dev;
+	}
+	im->buf = buf;
+	im->att = att;
+	im->pdev = pdev;
+	im->invalidations = 0;
+	return 0;
+put_dev:
+	put_device(dev);
+	return ret;
+}
+
+static int importer_map(struct importer *im)
+{
+	struct sg_table *sgt;
+	int ret = 0;
+
+	if (!im->att)
+		return -ENOTCONN;
+	dma_resv_lock(im->buf->resv, NULL);
+	if (im->sgt) {
+		ret = -EBUSY;
+		goto out;
+	}
+	sgt = dma_buf_map_attachment(im->att, DMA_BIDIRECTIONAL);
+	if (IS_ERR(sgt))
+		ret = PTR_ERR(sgt);
+	else
+		im->sgt = sgt;
+out:
+	dma_resv_unlock(im->buf->resv);
+	return ret;
+}
+
+static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, loff_t *pos)
+{
+	struct importer *im = f->private_data;
+	char cmd[96], *args;
+	int ret;
+
+	if (len >= sizeof(cmd))
+		return -EINVAL;
+	if (copy_from_user(cmd, ubuf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	strim(cmd);
+	args = cmd;
+	strsep(&args, " ");
+	mutex_lock(&im->lock);
+	if (!strcmp(cmd, "attach") && args)
+		ret = importer_attach(im, args);
+	else if (!strcmp(cmd, "map"))
+		ret = importer_map(im);
+	else if (!strcmp(cmd, "unmap"))
+		ret = im->att ? (importer_unmap(im), 0) : -ENOTCONN;
+	else if (!strcmp(cmd, "detach"))
+		ret = im->att ? (importer_detach(im), 0) : -ENOTCONN;
+	else
+		ret = -EINVAL;
+	mutex_unlock(&im->lock);
+	return ret ? ret : len;
+}
+
+static ssize_t ctl_read(struct file *f, char __user *ubuf, size_t len, loff_t *pos)
+{
+	struct importer *im = f->private_data;
+	struct scatterlist *sg;
+	size_t cap = 4096, n = 0;
+	unsigned int i, segs = 0;
+	ssize_t ret;
+	char *out;
+
+	out = kmalloc(cap, GFP_KERNEL);
+	if (!out)
+		return -ENOMEM;
+	mutex_lock(&im->lock);
+	if (im->att)
+		dma_resv_lock(im->buf->resv, NULL);
+	if (im->sgt)
+		segs = im->sgt->nents;
+	n += scnprintf(out + n, cap - n, "attached %d mapped %d invalidations %u segs %u\n",
+		       !!im->att, !!im->sgt, im->invalidations, segs);
+	if (im->sgt)
+		for_each_sgtable_dma_sg(im->sgt, sg, i)
+			n += scnprintf(out + n, cap - n, "seg %llx %x\n",
+				       (u64)sg_dma_address(sg), sg_dma_len(sg));
+	if (im->att)
+		dma_resv_unlock(im->buf->resv);
+	mutex_unlock(&im->lock);
+	/* Each read gives the whole state (the file is not seekable). */
+	ret = simple_read_from_buffer(ubuf, len, &(loff_t){ 0 }, out, n);
+	kfree(out);
+	return ret;
+}
+
+static int ctl_open(struct inode *inode, struct file *f)
+{
+	struct importer *im = kzalloc(sizeof(*im), GFP_KERNEL);
+
+	if (!im)
+		return -ENOMEM;
+	mutex_init(&im->lock);
+	f->private_data = im;
+	return nonseekable_open(inode, f);
+}
+
+static int ctl_release(struct inode *inode, struct file *f)
+{
+	struct importer *im = f->private_data;
+
+	importer_detach(im);
+	mutex_destroy(&im->lock);
+	kfree(im);
+	return 0;
+}
+
+static const struct file_operations ctl_fops = {
+	.owner = THIS_MODULE,
+	.open = ctl_open,
+	.release = ctl_release,
+	.read = ctl_read,
+	.write = ctl_write,
+};
+
+static int __init importer_init(void)
+{
+	dir = debugfs_create_dir("p2pd_importer", NULL);
+	debugfs_create_file("ctl", 0600, dir, NULL, &ctl_fops);
+	return 0;
+}
+
+static void __exit importer_exit(void)
+{
+	debugfs_remove_recursive(dir);
+}
+
+module_init(importer_init);
+module_exit(importer_exit);
+MODULE_DESCRIPTION("dma-buf importer for p2pdirect's tests");
+MODULE_LICENSE("GPL");

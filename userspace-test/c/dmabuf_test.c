@@ -1,0 +1,431 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * P2PDIRECT_IOC_EXPORT_DMABUF tests (kselftest harness, TAP on stdout):
+ * device memory exported as a dma-buf and imported by p2pd_importer.ko (a
+ * test module playing an RDMA driver on a PCI function of the VM: the NVMe
+ * controller behind the GPUs' switch stands in for the NIC).
+ *
+ * What is checked: the DMA addresses the importer gets lie in the GPU's BAR
+ * window (sysfs resource file) at the allocation's bus address; importers
+ * that cannot reach the memory, refuse P2P or cannot be revoked are refused;
+ * FREE, close and process exit revoke (the importer is told, later maps
+ * fail, CPU mappings of the dma-buf get SIGBUS); the memory returns to the
+ * provider only after the importer unmapped; bad input gets its errno.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <linux/p2pdirect.h>
+
+#include "kselftest_harness.h"
+#include "nvme_util.h"
+
+#define DEV_PATH "/dev/p2pdirect"
+#define CTL_PATH "/sys/kernel/debug/p2pd_importer/ctl"
+#define MiB (1ull << 20)
+#define PAGE 4096ull
+
+struct imp_state {
+	int attached, mapped;
+	unsigned int invalidations, segs;
+	unsigned long long addr[16], len[16];
+};
+
+static int imp_cmd(int ctl, const char *fmt, ...)
+{
+	char buf[96];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	return write(ctl, buf, n) == n ? 0 : -errno;
+}
+
+static int imp_state(int ctl, struct imp_state *st)
+{
+	char buf[4096], *line;
+	ssize_t n = read(ctl, buf, sizeof(buf) - 1);
+	unsigned int i = 0;
+
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	memset(st, 0, sizeof(*st));
+	if (sscanf(buf, "attached %d mapped %d invalidations %u segs %u", &st->attached,
+		   &st->mapped, &st->invalidations, &st->segs) != 4)
+		return -EPROTO;
+	for (line = strchr(buf, '\n'); line && i < 16; line = strchr(line + 1, '\n'))
+		if (sscanf(line + 1, "seg %llx %llx", &st->addr[i], &st->len[i]) == 2)
+			i++;
+	return i == st->segs ? 0 : -EPROTO;
+}
+
+static int do_alloc(int fd, __u32 provider, __u64 size, struct p2pdirect_alloc *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->provider = provider;
+	a->size = size;
+	if (ioctl(fd, P2PDIRECT_IOC_ALLOC, a))
+		return -errno;
+	record_alloc_zero(fd, a);
+	return 0;
+}
+
+static int do_free(int fd, __u64 handle)
+{
+	struct p2pdirect_free f = { .handle = handle };
+
+	return ioctl(fd, P2PDIRECT_IOC_FREE, &f) ? -errno : 0;
+}
+
+/* The dma-buf fd of [off, off + size) of allocation @handle, or -errno. */
+static int do_export(int fd, __u64 handle, __u64 off, __u64 size, __u32 flags)
+{
+	struct p2pdirect_export_dmabuf e = {
+		.handle = handle, .offset = off, .size = size, .flags = flags, .fd = -1,
+	};
+
+	if (ioctl(fd, P2PDIRECT_IOC_EXPORT_DMABUF, &e))
+		return -errno;
+	return e.fd;
+}
+
+static __u64 used_bytes(int fd, __u32 index)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+
+	if (ioctl(fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req))
+		return ~0ull;
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].index == index)
+			return p[i].bytes_used;
+	return ~0ull;
+}
+
+/* The BAR window [start, end] of BAR @bar of PCI function @addr (sysfs). */
+static int bar_window(__u32 addr, __u32 bar, unsigned long long *start, unsigned long long *end)
+{
+	char name[32], path[96], line[128];
+	unsigned long long flags;
+	FILE *f;
+	int ok = 0;
+
+	pci_name(addr, name, sizeof(name));
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", name);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	for (__u32 i = 0; fgets(line, sizeof(line), f); i++)
+		if (i == bar)
+			ok = sscanf(line, "%llx %llx %llx", start, end, &flags) == 3;
+	fclose(f);
+	return ok;
+}
+
+static sigjmp_buf fault_jmp;
+
+static void on_sigbus(int sig)
+{
+	(void)sig;
+	siglongjmp(fault_jmp, 1);
+}
+
+/* Whether reading the byte at @p raises SIGBUS. */
+static int read_faults(volatile uint8_t *p)
+{
+	struct sigaction sa = { .sa_handler = on_sigbus }, old;
+	int faulted = 0;
+
+	sigaction(SIGBUS, &sa, &old);
+	if (sigsetjmp(fault_jmp, 1))
+		faulted = 1;
+	else
+		(void)*p;
+	sigaction(SIGBUS, &old, NULL);
+	return faulted;
+}
+
+FIXTURE(db) {
+	int fd, ctl;
+	struct p2pdirect_provider_info gpu;
+	char sw[32], rp[32];	/* NVMe functions behind the switch / at a root port */
+};
+
+FIXTURE_SETUP(db)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	char ns[64], dir[PATH_MAX];
+	int found = 0;
+
+	self->fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->fd, 0) TH_LOG("open %s: %s", DEV_PATH, strerror(errno));
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8 && !found; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_BAR) {
+			self->gpu = p[i];
+			found = 1;
+		}
+	ASSERT_TRUE(found) TH_LOG("no emulated GPU");
+	ASSERT_TRUE(find_nvme("p2pnvme-sw", ns, sizeof(ns), dir));
+	snprintf(self->sw, sizeof(self->sw), "%s", strrchr(dir, '/') + 1);
+	ASSERT_TRUE(find_nvme("p2pnvme-rp", ns, sizeof(ns), dir));
+	snprintf(self->rp, sizeof(self->rp), "%s", strrchr(dir, '/') + 1);
+	self->ctl = open(CTL_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->ctl, 0) TH_LOG("open %s: %s (p2pd_importer.ko loaded?)", CTL_PATH,
+				      strerror(errno));
+}
+
+FIXTURE_TEARDOWN(db)
+{
+	close(self->ctl);
+	close(self->fd);
+}
+
+/* The importer behind the switch gets the allocation's bus addresses. */
+TEST_F(db, map_gives_bus_addresses_in_the_bar_window)
+{
+	unsigned long long start, end, total = 0;
+	struct p2pdirect_alloc a;
+	struct imp_state st;
+	int buf;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, 4 * MiB, &a));
+	buf = do_export(self->fd, a.handle, MiB, 2 * MiB, 0);
+	ASSERT_GE(buf, 0) TH_LOG("export: %s", strerror(-buf));
+	ASSERT_EQ((off_t)(2 * MiB), lseek(buf, 0, SEEK_END));
+	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	EXPECT_EQ(1, st.mapped);
+	ASSERT_GE(st.segs, 1u);
+	ASSERT_TRUE(bar_window(self->gpu.pci_addr, self->gpu.bar, &start, &end));
+	for (unsigned int i = 0; i < st.segs; i++) {
+		printf("# DMABUF gpu-bar=[%#llx,%#llx] seg=%#llx+%#llx\n", start, end, st.addr[i],
+		       st.len[i]);
+		EXPECT_GE(st.addr[i], start);
+		EXPECT_LE(st.addr[i] + st.len[i] - 1, end);
+		EXPECT_EQ(a.bus_addr + MiB + total, st.addr[i]);
+		total += st.len[i];
+	}
+	EXPECT_EQ(2 * MiB, total);
+	EXPECT_EQ(0, imp_cmd(self->ctl, "unmap"));
+	EXPECT_EQ(0, imp_cmd(self->ctl, "detach"));
+	close(buf);
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+}
+
+/* The controller at a root port has no P2P path to the GPU. */
+TEST_F(db, unreachable_importer_is_refused)
+{
+	struct p2pdirect_alloc a;
+	int buf;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
+	buf = do_export(self->fd, a.handle, 0, 0, 0);
+	ASSERT_GE(buf, 0);
+	EXPECT_EQ(-EREMOTEIO, imp_cmd(self->ctl, "attach %d %s", buf, self->rp));
+	EXPECT_EQ(-EOPNOTSUPP, imp_cmd(self->ctl, "attach %d %s nop2p", buf, self->sw));
+	EXPECT_EQ(-EOPNOTSUPP, imp_cmd(self->ctl, "attach %d %s norevoke", buf, self->sw));
+	/* And a good one still attaches. */
+	EXPECT_EQ(0, imp_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	close(buf);
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+}
+
+/* The dma-buf's mmap is the same memory as the device mapping. */
+TEST_F(db, mmap_shares_the_bytes)
+{
+	struct p2pdirect_alloc a;
+	uint8_t *dev, *view;
+	int buf;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
+	dev = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset);
+	ASSERT_NE(MAP_FAILED, dev);
+	buf = do_export(self->fd, a.handle, 4 * PAGE, 8 * PAGE, P2PDIRECT_EXPORT_CLOEXEC);
+	ASSERT_GE(buf, 0);
+	EXPECT_EQ(FD_CLOEXEC, fcntl(buf, F_GETFD) & FD_CLOEXEC);
+	view = mmap(NULL, 8 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, buf, 0);
+	ASSERT_NE(MAP_FAILED, view) TH_LOG("mmap dma-buf: %s", strerror(errno));
+	memset(dev + 4 * PAGE, 0x5a, PAGE);
+	EXPECT_EQ(0x5a, view[0]);
+	view[PAGE + 7] = 0xa5;
+	EXPECT_EQ(0xa5, dev[5 * PAGE + 7]);
+	/* Private, oversized and executable mappings are refused. */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, 8 * PAGE, PROT_READ, MAP_PRIVATE, buf, 0));
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, 9 * PAGE, PROT_READ, MAP_SHARED, buf, 0));
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, PAGE, PROT_READ | PROT_EXEC, MAP_SHARED, buf, 0));
+	/* FREE zaps the dma-buf's mapping too. */
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	EXPECT_TRUE(read_faults(view));
+	EXPECT_TRUE(read_faults(dev));
+	munmap(view, 8 * PAGE);
+	munmap(dev, MiB);
+	close(buf);
+}
+
+/* FREE tells the importer at once; later maps and attaches fail. */
+TEST_F(db, free_revokes_the_importer)
+{
+	struct p2pdirect_alloc a;
+	struct imp_state st;
+	__u64 before = used_bytes(self->fd, self->gpu.index);
+	int buf, ctl2;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
+	buf = do_export(self->fd, a.handle, 0, 0, 0);
+	ASSERT_GE(buf, 0);
+	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, do_free(self->fd, a.handle));
+	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(-ENODEV, imp_cmd(self->ctl, "map"));
+	EXPECT_EQ(before, used_bytes(self->fd, self->gpu.index));
+	ctl2 = open(CTL_PATH, O_RDWR);
+	ASSERT_GE(ctl2, 0);
+	EXPECT_EQ(-ENODEV, imp_cmd(ctl2, "attach %d %s", buf, self->sw));
+	close(ctl2);
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, PAGE, PROT_READ, MAP_SHARED, buf, 0));
+	EXPECT_EQ(ENODEV, errno);
+	close(buf);
+}
+
+/* An importer slow to unmap keeps the memory from being reused. */
+TEST_F(db, memory_returns_only_after_the_importer_unmapped)
+{
+	struct p2pdirect_alloc a;
+	struct imp_state st;
+	__u64 before;
+	int buf;
+
+	before = used_bytes(self->fd, self->gpu.index);
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, 2 * MiB, &a));
+	buf = do_export(self->fd, a.handle, 0, 0, 0);
+	ASSERT_GE(buf, 0);
+	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s lazy", buf, self->sw));
+	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, do_free(self->fd, a.handle));
+	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(1, st.mapped);
+	/* Still held: a new ALLOC cannot get it back yet. */
+	EXPECT_EQ(before + 2 * MiB, used_bytes(self->fd, self->gpu.index));
+	ASSERT_EQ(0, imp_cmd(self->ctl, "unmap"));
+	EXPECT_EQ(before, used_bytes(self->fd, self->gpu.index));
+	close(buf);
+}
+
+/* Closing the /dev/p2pdirect file (or exiting) revokes its exports. */
+TEST_F(db, close_and_exit_revoke)
+{
+	struct p2pdirect_alloc a;
+	__u64 before = used_bytes(self->fd, self->gpu.index);
+	struct imp_state st;
+	int fd2, buf, status;
+	pid_t pid;
+
+	fd2 = open(DEV_PATH, O_RDWR);
+	ASSERT_GE(fd2, 0);
+	ASSERT_EQ(0, do_alloc(fd2, self->gpu.index, MiB, &a));
+	buf = do_export(fd2, a.handle, 0, 0, 0);
+	ASSERT_GE(buf, 0);
+	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	close(fd2);
+	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(0, imp_cmd(self->ctl, "detach"));
+	close(buf);
+
+	/* A child exports and maps through our importer file, then exits. */
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (!pid) {
+		int f = open(DEV_PATH, O_RDWR), b;
+
+		if (f < 0 || do_alloc(f, self->gpu.index, MiB, &a))
+			_exit(2);
+		b = do_export(f, a.handle, 0, 0, 0);
+		if (b < 0 || imp_cmd(self->ctl, "attach %d %s", b, self->sw) ||
+		    imp_cmd(self->ctl, "map"))
+			_exit(3);
+		_exit(0);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_EQ(0, WEXITSTATUS(status));
+	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(-ENODEV, imp_cmd(self->ctl, "map"));
+	EXPECT_EQ(before, used_bytes(self->fd, self->gpu.index));
+}
+
+/* Every bad argument has its errno, and a refused export takes nothing. */
+TEST_F(db, bad_input)
+{
+	struct p2pdirect_export_dmabuf e = { 0 };
+	struct p2pdirect_alloc a;
+	int ro, other, before_fd;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
+	before_fd = dup(0);
+	ASSERT_GE(before_fd, 0);
+	close(before_fd);
+	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, 0, 0, 2));
+	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, 100, PAGE, 0));
+	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, 0, 100, 0));
+	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, 0, MiB + PAGE, 0));
+	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, MiB, 0, 0));
+	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, PAGE, ~0ull & ~(PAGE - 1), 0));
+	EXPECT_EQ(-ENOENT, do_export(self->fd, a.handle + 1000, 0, 0, 0));
+	/* Another file's allocation is not ours to export. */
+	other = open(DEV_PATH, O_RDWR);
+	ASSERT_GE(other, 0);
+	EXPECT_EQ(-ENOENT, do_export(other, a.handle, 0, 0, 0));
+	close(other);
+	ro = open(DEV_PATH, O_RDONLY);
+	ASSERT_GE(ro, 0);
+	EXPECT_EQ(-EBADF, do_export(ro, a.handle, 0, 0, 0));
+	close(ro);
+	/* Pad of the argument: the output field must not matter on input. */
+	e.handle = a.handle;
+	e.fd = 12345;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_EXPORT_DMABUF, &e));
+	EXPECT_NE(12345, e.fd);
+	close(e.fd);
+	/* No descriptor was left behind by the refusals. */
+	EXPECT_EQ(before_fd, dup(0));
+	close(before_fd);
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	EXPECT_EQ(-ENOENT, do_export(self->fd, a.handle, 0, 0, 0));
+	/* A read-only argument: EFAULT before anything happened. */
+	void *ro_arg = mmap(NULL, PAGE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, ro_arg);
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_EXPORT_DMABUF, ro_arg));
+	EXPECT_EQ(EFAULT, errno);
+	munmap(ro_arg, PAGE);
+}
+
+TEST_HARNESS_MAIN

@@ -35,7 +35,8 @@ step "layering: rust/sys imports no domain module, no import cycle, no unsafe ou
 	python3 "$here/layering.py"
 step "rustfmt: userspace crate" bash -c "cd '$repo/userspace-test/rust' && cargo fmt --check"
 step "clippy: userspace crate" bash -c "cd '$repo/userspace-test/rust' && cargo clippy --quiet --all-targets -- -D warnings"
-for f in "$repo"/rust/ffi/shim.c "$repo"/rust/ffi/shim.h "$repo"/include/uapi/linux/p2pdirect.h "$repo"/userspace-test/c/*.[ch]; do
+for f in "$repo"/rust/ffi/shim.c "$repo"/rust/ffi/shim.h "$repo"/include/uapi/linux/p2pdirect.h "$repo"/userspace-test/c/*.[ch] \
+	"$repo"/testmod/*.c; do
 	step "checkpatch: ${f#"$repo"/}" perl "$ksrc/scripts/checkpatch.pl" --no-tree --quiet --show-types \
 		--ignore SPDX_LICENSE_TAG,FILE_PATH_CHANGES,NEW_TYPEDEFS -f "$f"
 done

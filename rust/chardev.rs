@@ -172,13 +172,7 @@ impl OpenFile {
 
     /// Maps one allocation, named by the `mmap_offset` ALLOC returned, whole.
     pub(crate) fn mmap(&self, vma: &VmaNew) -> Result {
-        if !vma::may_share(vma) {
-            refuse!(EINVAL, "mmap refused: device memory needs MAP_SHARED\n");
-        }
-        if vma.executable() {
-            refuse!(EPERM, "mmap refused: device memory is never executable\n");
-        }
-        vma.try_clear_mayexec()?;
+        crate::devmem::check_mapping(vma)?;
         let offset = vma::vma_offset(vma);
         let len = (vma.end() - vma.start()) as u64;
         let allocs = self.allocs.lock();
@@ -198,10 +192,7 @@ impl OpenFile {
                 a.state.size
             );
         }
-        // Not inherited by fork, never grown by mremap, not in core dumps.
-        vma.set_dontcopy();
-        vma.set_dontexpand();
-        vma.set_dontdump();
+        crate::devmem::seal_mapping(vma);
         a.map(vma)
     }
 }

@@ -17,12 +17,15 @@
 //! (`Backing`) lives inside it until it is revoked.
 //!
 //! Revocation (FREE, the owner's close or exit, device removal) takes the
-//! memory away from everyone at once, and never waits: under the state's
-//! lock the backing is taken out (a page fault from then on is SIGBUS), the
-//! user mappings are zapped, and every subscriber (a registration) drops its
-//! pin. The backing then goes to the graveyard, from which [`reap`] gives it
+//! memory away from everyone at once, and never waits (but for the fences of
+//! a dma-buf of it): under the state's lock the backing is taken out (a page
+//! fault from then on is SIGBUS), the user mappings are zapped, and every
+//! subscriber drops its claim (a registration its pin; a dma-buf export tells
+//! its importers, whose mappings hold the memory as [`Hold`]s until they
+//! unmap). The backing then goes to the graveyard, from which [`reap`] gives it
 //! back to the provider once no page has a reference besides p2pdirect's own
-//! (an I/O in flight, or another driver's transient pin, still holds it).
+//! and no hold is left (an I/O in flight, another driver's transient pin or
+//! a dma-buf importer's mapping still holds it).
 //! Reaping runs when a pin of p2pdirect's goes (end of an I/O, a registration
 //! dropped), before each ALLOC, and at device removal, which waits for it.
 //! The handle is free for reuse as soon as FREE returned; the memory only
@@ -335,7 +338,7 @@ impl Provider {
             if waited_ms >= next_warn {
                 next_warn = waited_ms.saturating_add(5000);
                 pr_warn!(
-                    "provider {}: freed memory still pinned by I/O; waiting for it to end\n",
+                    "provider {}: freed memory still held (I/O or a dma-buf importer); waiting for it\n",
                     self.index
                 );
             }
@@ -584,6 +587,17 @@ impl AllocState {
             phys,
             hold: Hold(self.clone()),
         })
+    }
+
+    /// Holds the memory of an allocation being revoked (live, or dead and
+    /// not yet given back); `None` once it went back.
+    pub(crate) fn hold_dying(self: &Arc<Self>) -> Option<Hold> {
+        let inner = self.inner.lock();
+        if inner.live.is_none() && inner.dead.is_none() {
+            return None;
+        }
+        self.holds.fetch_add(1, Full);
+        Some(Hold(self.clone()))
     }
 
     /// Maps the page at byte `off` of the allocation into `slot`.
@@ -865,6 +879,25 @@ impl Allocation {
         vma::install(vma, self.state.clone());
         Ok(())
     }
+}
+
+/// The policy every user mapping of device memory follows (the
+/// `/dev/p2pdirect` mapping and a dma-buf's): shared, never executable.
+pub(crate) fn check_mapping(vma: &VmaNew) -> Result {
+    if !vma::may_share(vma) {
+        crate::error::refuse!(EINVAL, "mmap refused: device memory needs MAP_SHARED\n");
+    }
+    if vma.executable() {
+        crate::error::refuse!(EPERM, "mmap refused: device memory is never executable\n");
+    }
+    vma.try_clear_mayexec()
+}
+
+/// Not inherited by fork, never grown by mremap, not in core dumps.
+pub(crate) fn seal_mapping(vma: &VmaNew) {
+    vma.set_dontcopy();
+    vma.set_dontexpand();
+    vma.set_dontdump();
 }
 
 /// Gives back the memory of an ALLOC that failed after taking it.

@@ -11,15 +11,17 @@
 //! memory ([`Hold`]): it returns to the provider only once every importer
 //! unmapped, and device removal waits for that like for a pin.
 //!
-//! Lock order (see `error.rs`): `Exported::link`, then the reservation lock,
-//! then `Export::holds`; `AllocState::inner` under the reservation lock
-//! (map takes a hold). Revocation calls in with no lock of devmem's held.
+//! Importers may go on DMAing until the fences on the buffer retire, even
+//! once they unmapped from their callback: revocation holds the memory
+//! itself until its fence wait returned.
+//!
+//! Lock order: see `error.rs`.
 
 use crate::{
-    devmem::{AllocState, Consumer, Hold},
+    devmem::{self, AllocState, Consumer, Hold},
     error::{eopnotsupp, eremoteio, refuse},
     sys::{
-        dma_buf::{self, Exported, Exporter, Importer, MapRange, NewBuf, Reach},
+        dma_buf::{self, Exported, Exporter, Importer, MapRange, NewBuf},
         vma::{self, DeviceMapping, Fault, FaultSlot},
     },
 };
@@ -90,7 +92,7 @@ impl Exporter for Export {
         }
         // A hold taken and dropped at once: the provider is only needed now.
         let r = self.alloc.hold_range(self.offset, self.size)?;
-        if imp.reach(&r.provider) == Reach::No {
+        if !imp.reaches(&r.provider) {
             refuse!(
                 eremoteio(),
                 "dma-buf attach refused: {} cannot reach the memory (no P2P path to {:#x})\n",
@@ -108,7 +110,7 @@ impl Exporter for Export {
         // Attach checked this; the memory cannot have moved since, but a
         // later check costs little and keeps a bad map out.
         let r = self.alloc.hold_range(self.offset, self.size)?;
-        if imp.reach(&r.provider) == Reach::No {
+        if !imp.reaches(&r.provider) {
             return Err(eremoteio());
         }
         self.holds.lock().push(r.hold, GFP_KERNEL)?;
@@ -126,19 +128,7 @@ impl Exporter for Export {
     }
 
     fn mmap(&self, vma: &VmaNew) -> Result {
-        if !vma::may_share(vma) {
-            refuse!(
-                EINVAL,
-                "dma-buf mmap refused: device memory needs MAP_SHARED\n"
-            );
-        }
-        if vma.executable() {
-            refuse!(
-                EPERM,
-                "dma-buf mmap refused: device memory is never executable\n"
-            );
-        }
-        vma.try_clear_mayexec()?;
+        devmem::check_mapping(vma)?;
         if self.revoked.load(Acquire) {
             refuse!(ENODEV, "dma-buf mmap refused: the memory was freed\n");
         }
@@ -150,6 +140,7 @@ impl Exporter for Export {
             },
             GFP_KERNEL,
         )?;
+        devmem::seal_mapping(vma);
         vma.set_mixedmap();
         vma::install(vma, view);
         Ok(())
@@ -166,7 +157,12 @@ impl Consumer for Exported<Export> {
     }
 
     fn invalidate(&self) {
+        // Importers may DMA until their fences retire, even after they
+        // unmapped from their callback: hold the memory until the fence
+        // wait in `revoke` returned.
+        let hold = self.data().alloc.hold_dying();
         self.revoke(|| self.data().revoked.store(true, Release));
+        drop(hold);
     }
 }
 

@@ -25,9 +25,17 @@
 //!    gauge); the statistics table and the peer-memory client registry are
 //!    leaves.
 //!
-//! Revocation calls subscribers (which take `RegEntry::claim`) with no lock
-//! of devmem's held. No wait for a pin happens with a lock of p2pdirect's
-//! held; FREE never waits at all.
+//! A dma-buf export (dmabuf.rs) stands beside 1.-3.: its `Exported::link`,
+//! then the buffer's reservation lock (the dma-buf core takes it around
+//! map and unmap; importers' `invalidate_mappings` run under it), then
+//! `Export::holds`; under the reservation lock a map takes 5. (a hold on
+//! the allocation) and the last unmap of revoked memory reaps it (4. to 6.).
+//! None of 4. to 7. is held while the reservation lock is taken.
+//!
+//! Revocation calls subscribers (which take `RegEntry::claim`, or a
+//! dma-buf's link and reservation lock) with no lock of devmem's held. No
+//! wait for a pin happens with a lock of p2pdirect's held; FREE waits only
+//! for the fences on a dma-buf of the memory.
 
 use kernel::{bindings, prelude::*};
 

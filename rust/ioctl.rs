@@ -150,7 +150,7 @@ fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
         uapi::P2PDIRECT_IOC_REG_QUERY => reg_id(arg, |id| me.reg_state(id)),
         uapi::P2PDIRECT_IOC_READ => io(me, arg, false),
         uapi::P2PDIRECT_IOC_WRITE => io(me, arg, true),
-        uapi::P2PDIRECT_IOC_EXPORT_DMABUF => export_dmabuf(me, arg),
+        uapi::P2PDIRECT_IOC_EXPORT_DMABUF => export_dmabuf(me, file, arg),
         uapi::P2PDIRECT_IOC_STATS => stats(arg, file.flags() & flags::O_ACCMODE == flags::O_RDONLY),
         _ => Err(unknown(cmd)),
     }
@@ -222,10 +222,18 @@ fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
 
 /// The fd is reserved before and installed after the copy-out, so a caller
 /// that cannot learn it gets no descriptor either.
-fn export_dmabuf(me: &OpenFile, arg: usize) -> Result<isize> {
+fn export_dmabuf(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
     let mut req: uapi::p2pdirect_export_dmabuf = self::arg(arg)?;
     if req.flags & !uapi::P2PDIRECT_EXPORT_CLOEXEC != 0 {
         return Err(EINVAL);
+    }
+    // The dma-buf gives read and write access to the memory, so does the
+    // file it comes from.
+    if file.flags() & flags::O_ACCMODE != flags::O_RDWR {
+        refuse!(
+            EBADF,
+            "EXPORT_DMABUF refused: /dev/p2pdirect must be open O_RDWR (the dma-buf is read-write)\n"
+        );
     }
     let fd_flags = if req.flags & uapi::P2PDIRECT_EXPORT_CLOEXEC != 0 {
         flags::O_CLOEXEC

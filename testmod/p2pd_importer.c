@@ -124,16 +124,19 @@ static int importer_attach(struct importer *im, char *args)
 		ret = PTR_ERR(buf);
 		goto put_dev;
 	}
+	/* Set before the attachment is listed: a revocation may call in at once. */
+	im->buf = buf;
+	im->pdev = pdev;
+	im->invalidations = 0;
 	att = dma_buf_dynamic_attach(buf, &pdev->dev, ops, im);
 	if (IS_ERR(att)) {
 		ret = PTR_ERR(att);
+		im->buf = NULL;
+		im->pdev = NULL;
 		dma_buf_put(buf);
 		goto put_dev;
 	}
-	im->buf = buf;
 	im->att = att;
-	im->pdev = pdev;
-	im->invalidations = 0;
 	return 0;
 put_dev:
 	put_device(dev);
@@ -165,7 +168,7 @@ out:
 static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, loff_t *pos)
 {
 	struct importer *im = f->private_data;
-	char cmd[96], *args;
+	char cmd[96], *args, *verb;
 	int ret;
 
 	if (len >= sizeof(cmd))
@@ -173,17 +176,16 @@ static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, lo
 	if (copy_from_user(cmd, ubuf, len))
 		return -EFAULT;
 	cmd[len] = '\0';
-	strim(cmd);
-	args = cmd;
-	strsep(&args, " ");
+	args = strim(cmd);
+	verb = strsep(&args, " ");
 	mutex_lock(&im->lock);
-	if (!strcmp(cmd, "attach") && args)
+	if (!strcmp(verb, "attach") && args)
 		ret = importer_attach(im, args);
-	else if (!strcmp(cmd, "map"))
+	else if (!strcmp(verb, "map"))
 		ret = importer_map(im);
-	else if (!strcmp(cmd, "unmap"))
+	else if (!strcmp(verb, "unmap"))
 		ret = im->att ? (importer_unmap(im), 0) : -ENOTCONN;
-	else if (!strcmp(cmd, "detach"))
+	else if (!strcmp(verb, "detach"))
 		ret = im->att ? (importer_detach(im), 0) : -ENOTCONN;
 	else
 		ret = -EINVAL;

@@ -36,17 +36,6 @@ use kernel::{
 
 use super::{c, file::FileMapping, pci_p2pdma::P2pProvider};
 
-/// How an importer's device reaches the memory of a provider.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reach {
-    /// Peer to peer at the PCI bus address (a common switch).
-    Bus,
-    /// Through the host bridge, which allows it (an IOMMU mapping if any).
-    HostBridge,
-    /// Not at all (not a PCI device, or no P2P path).
-    No,
-}
-
 /// A device asking to import a buffer (a `struct dma_buf_attachment`).
 ///
 /// # Invariants
@@ -86,17 +75,17 @@ impl Importer<'_> {
         }
     }
 
-    /// How the importer's device reaches `provider`'s memory.
-    pub(crate) fn reach(&self, provider: &P2pProvider) -> Reach {
-        // SAFETY: the attachment's device is valid; `provider` is valid by
-        // its own invariant.
-        let t =
-            unsafe { bindings::pci_p2pdma_map_type(provider.as_ptr(), (*self.att.as_ptr()).dev) };
-        match t {
-            bindings::pci_p2pdma_map_type_PCI_P2PDMA_MAP_BUS_ADDR => Reach::Bus,
-            bindings::pci_p2pdma_map_type_PCI_P2PDMA_MAP_THRU_HOST_BRIDGE => Reach::HostBridge,
-            _ => Reach::No,
-        }
+    /// Whether the importer's device can reach `provider`'s memory, as the
+    /// P2PDMA core judges (its distance; the map itself then picks the bus
+    /// address or the host bridge's mapping).
+    pub(crate) fn reaches(&self, provider: &P2pProvider) -> bool {
+        // SAFETY: the attachment's device is valid while it is attached.
+        let dev = unsafe { (*self.att.as_ptr()).dev };
+        // A device below a PCI function (a USB device behind its host
+        // controller) is not one: the map would fail (`dev_is_pci()`).
+        // SAFETY: as above; `pci_bus_type` is the PCI core's static.
+        let is_pci = unsafe { core::ptr::eq((*dev).bus, &raw const bindings::pci_bus_type) };
+        is_pci && provider.reaches(dev)
     }
 }
 
@@ -181,8 +170,8 @@ impl<T: Exporter> Exported<T> {
                 resv,
                 bindings::dma_resv_usage_DMA_RESV_USAGE_BOOKKEEP,
                 false,
-                // MAX_SCHEDULE_TIMEOUT
-                isize::MAX as _,
+                // MAX_SCHEDULE_TIMEOUT (LONG_MAX)
+                kernel::ffi::c_ulong::MAX >> 1,
             );
             c::p2pdirect_dma_resv_unlock(resv);
             raw.mapping.zap(0, (*buf).size as u64);
@@ -321,10 +310,7 @@ impl<T: Exporter> Ops<T> {
             data.data.unmapped();
             return EINVAL.to_ptr();
         };
-        let mut vec = bindings::phys_vec {
-            paddr: r.phys,
-            len: len as _,
-        };
+        let mut vec = bindings::phys_vec { paddr: r.phys, len };
         // SAFETY: the reservation lock is held (the core's contract); the
         // provider is valid while the exporter is not revoked, which it
         // cannot be while the lock is held; `vec` is read during the call.

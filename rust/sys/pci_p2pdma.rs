@@ -396,6 +396,17 @@ impl P2pProvider {
     pub(crate) fn as_ptr(&self) -> *mut bindings::p2pdma_provider {
         self.p.as_ptr()
     }
+
+    /// Whether `client` (any device, PCI or not) can reach the memory
+    /// (`pci_p2pdma_distance()` succeeds; quietly).
+    pub(crate) fn reaches(&self, client: *mut bindings::device) -> bool {
+        let mut clients = [client];
+        // SAFETY: `_dev` is valid (a counted reference); the caller passes a
+        // valid device; the array is read during the call.
+        unsafe {
+            bindings::pci_p2pdma_distance_many(raw(&self._dev), clients.as_mut_ptr(), 1, false) >= 0
+        }
+    }
 }
 
 impl Drop for P2pMem {

@@ -120,7 +120,10 @@ static __u64 used_bytes(int fd, __u32 index)
 	return ~0ull;
 }
 
-/* The BAR window [start, end] of BAR @bar of PCI function @addr (sysfs). */
+/*
+ * The BAR window [start, end] of BAR @bar of PCI function @addr (sysfs: CPU
+ * physical addresses, which are the bus addresses on x86).
+ */
 static int bar_window(__u32 addr, __u32 bar, unsigned long long *start, unsigned long long *end)
 {
 	char name[32], path[96], line[128];
@@ -142,25 +145,25 @@ static int bar_window(__u32 addr, __u32 bar, unsigned long long *start, unsigned
 
 static sigjmp_buf fault_jmp;
 
-static void on_sigbus(int sig)
+static void on_fault(int sig)
 {
-	(void)sig;
-	siglongjmp(fault_jmp, 1);
+	siglongjmp(fault_jmp, sig);
 }
 
-/* Whether reading the byte at @p raises SIGBUS. */
-static int read_faults(volatile uint8_t *p)
+/* The signal reading the byte at @p raises (SIGBUS, SIGSEGV), or 0. */
+static int read_faults(const uint8_t *p)
 {
-	struct sigaction sa = { .sa_handler = on_sigbus }, old;
-	int faulted = 0;
+	struct sigaction sa = { .sa_handler = on_fault }, old_bus, old_segv;
+	int sig;
 
-	sigaction(SIGBUS, &sa, &old);
-	if (sigsetjmp(fault_jmp, 1))
-		faulted = 1;
-	else
-		(void)*p;
-	sigaction(SIGBUS, &old, NULL);
-	return faulted;
+	sigaction(SIGBUS, &sa, &old_bus);
+	sigaction(SIGSEGV, &sa, &old_segv);
+	sig = sigsetjmp(fault_jmp, 1);
+	if (!sig)
+		(void)__atomic_load_n(p, __ATOMIC_RELAXED);
+	sigaction(SIGBUS, &old_bus, NULL);
+	sigaction(SIGSEGV, &old_segv, NULL);
+	return sig;
 }
 
 FIXTURE(db) {
@@ -270,14 +273,31 @@ TEST_F(db, mmap_shares_the_bytes)
 	EXPECT_EQ(0x5a, view[0]);
 	view[PAGE + 7] = 0xa5;
 	EXPECT_EQ(0xa5, dev[5 * PAGE + 7]);
-	/* Private, oversized and executable mappings are refused. */
+	/*
+	 * Private mappings are refused (by p2pdirect); oversized ones (by the
+	 * dma-buf core) and executable ones (dma-buf files are noexec) too.
+	 */
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, 8 * PAGE, PROT_READ, MAP_PRIVATE, buf, 0));
+	EXPECT_EQ(EINVAL, errno);
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, 9 * PAGE, PROT_READ, MAP_SHARED, buf, 0));
+	EXPECT_EQ(EINVAL, errno);
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, PAGE, PROT_READ | PROT_EXEC, MAP_SHARED, buf, 0));
+	EXPECT_EQ(EPERM, errno);
+	/* Not inherited by fork, like the device mapping. */
+	{
+		pid_t pid = fork();
+		int status;
+
+		ASSERT_GE(pid, 0);
+		if (!pid)
+			_exit(read_faults(view) == SIGSEGV ? 0 : 1);
+		ASSERT_EQ(pid, waitpid(pid, &status, 0));
+		EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
 	/* FREE zaps the dma-buf's mapping too. */
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
-	EXPECT_TRUE(read_faults(view));
-	EXPECT_TRUE(read_faults(dev));
+	EXPECT_EQ(SIGBUS, read_faults(view));
+	EXPECT_EQ(SIGBUS, read_faults(dev));
 	munmap(view, 8 * PAGE);
 	munmap(dev, MiB);
 	close(buf);
@@ -374,7 +394,7 @@ TEST_F(db, close_and_exit_revoke)
 		_exit(0);
 	}
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
-	ASSERT_EQ(0, WEXITSTATUS(status));
+	ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	ASSERT_EQ(0, imp_state(self->ctl, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(0, st.mapped);
@@ -388,6 +408,7 @@ TEST_F(db, bad_input)
 	struct p2pdirect_export_dmabuf e = { 0 };
 	struct p2pdirect_alloc a;
 	int ro, other, before_fd;
+	void *ro_arg;
 
 	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
 	before_fd = dup(0);
@@ -409,6 +430,16 @@ TEST_F(db, bad_input)
 	ASSERT_GE(ro, 0);
 	EXPECT_EQ(-EBADF, do_export(ro, a.handle, 0, 0, 0));
 	close(ro);
+	/* A write-only file may not hand out a read-write dma-buf. */
+	ro = open(DEV_PATH, O_WRONLY);
+	ASSERT_GE(ro, 0);
+	{
+		struct p2pdirect_alloc w;
+
+		ASSERT_EQ(0, do_alloc(ro, self->gpu.index, MiB, &w));
+		EXPECT_EQ(-EBADF, do_export(ro, w.handle, 0, 0, 0));
+	}
+	close(ro);
 	/* Pad of the argument: the output field must not matter on input. */
 	e.handle = a.handle;
 	e.fd = 12345;
@@ -421,7 +452,7 @@ TEST_F(db, bad_input)
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
 	EXPECT_EQ(-ENOENT, do_export(self->fd, a.handle, 0, 0, 0));
 	/* A read-only argument: EFAULT before anything happened. */
-	void *ro_arg = mmap(NULL, PAGE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ro_arg = mmap(NULL, PAGE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, ro_arg);
 	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_EXPORT_DMABUF, ro_arg));
 	EXPECT_EQ(EFAULT, errno);

@@ -201,7 +201,8 @@ struct p2pdirect_alloc {
  * Errors: -ENOENT no such allocation on this file (never allocated, already
  * freed, or another file's).
  *
- * FREE takes the memory away from everyone at once and never waits:
+ * FREE takes the memory away from everyone at once and never waits (but
+ * for the fences of a dma-buf of it, see P2PDIRECT_IOC_EXPORT_DMABUF):
  * registrations on it (of any file) are invalidated and every user mapping
  * of it is zapped (a later CPU access gets SIGBUS). An I/O in flight keeps
  * its pages until it ends; only then does the memory return to the
@@ -587,8 +588,8 @@ struct p2pdirect_uring_io {
  * Importers: an attach is refused unless the importer allows peer-to-peer
  * DMA (allow_peer2peer) and can be revoked (it has an invalidate_mappings
  * callback): -EOPNOTSUPP; or if its device cannot reach the memory (not a
- * PCI device, or the PCI topology and host bridge give no P2P path, as
- * pci_p2pdma_map_type() judges): -EREMOTEIO. The kernel log says which.
+ * PCI device, or the PCI topology and host bridge give no P2P path: the
+ * P2PDMA distance of LIST_PROVIDERS is -1): -EREMOTEIO. The kernel log says which.
  * A mapping's DMA addresses are those the importer's device must use: the
  * PCI bus addresses behind a common switch, an IOMMU mapping through the
  * host bridge where the bridge allows P2P. mmap() of the dma-buf fd maps the
@@ -596,16 +597,20 @@ struct p2pdirect_uring_io {
  *
  * Revocation: FREE of the allocation, close of the /dev/p2pdirect file that
  * owns it (or process exit) and the removal of the memory's device revoke
- * every dma-buf of it: CPU mappings of it are zapped (SIGBUS after), each
- * importer is told through its invalidate_mappings callback, and later maps
- * and attaches fail with -ENODEV. The memory returns to the provider only
- * after every importer unmapped; device removal waits for that. The dma-buf
- * fd itself stays valid (closing it is the owner's business) but is dead.
- * A dma-buf holds the module: rmmod fails while one is open.
+ * every dma-buf of it: each importer is told through its
+ * invalidate_mappings callback, the fences on the dma-buf are waited for
+ * (the one wait FREE may do: importers' DMA fences, which the dma-fence
+ * rules bound), CPU mappings of it are zapped (SIGBUS after), and later
+ * maps, attaches and mmaps fail with -ENODEV. The memory returns to the
+ * provider only after every importer unmapped and the fences retired;
+ * device removal waits for that. The dma-buf fd itself stays valid
+ * (closing it is the owner's business) but is dead. A dma-buf holds the
+ * module: rmmod fails while one is open.
  *
  * Errors: -ENOENT no such allocation on this file; -EINVAL unknown flags,
  * @offset or @size not page aligned, or the range not inside the
- * allocation; -ENODEV the memory's device is going away; -EMFILE no free
+ * allocation; -EBADF /dev/p2pdirect not open O_RDWR (the dma-buf is
+ * read-write); -ENODEV the memory's device is going away; -EMFILE no free
  * file descriptor.
  */
 struct p2pdirect_export_dmabuf {

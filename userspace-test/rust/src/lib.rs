@@ -6,7 +6,7 @@ use std::{
     fmt,
     fs::OpenOptions,
     io,
-    os::fd::{AsRawFd, OwnedFd},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     os::unix::fs::OpenOptionsExt,
     path::Path,
     ptr::NonNull,
@@ -333,6 +333,28 @@ impl Device {
             )
         }?;
         Ok(())
+    }
+
+    /// `P2PDIRECT_IOC_EXPORT_DMABUF` (ABI 1.9): `size` bytes (0: to the end)
+    /// from `offset` of allocation `handle` as a dma-buf for other drivers
+    /// (an RDMA NIC's `ibv_reg_dmabuf_mr`). The fd is close-on-exec.
+    pub fn export_dmabuf(&self, handle: u64, offset: u64, size: u64) -> io::Result<OwnedFd> {
+        let mut req = sys::p2pdirect_export_dmabuf {
+            handle,
+            offset,
+            size,
+            flags: sys::P2PDIRECT_EXPORT_CLOEXEC,
+            fd: -1,
+        };
+        // SAFETY: EXPORT_DMABUF reads and writes one `p2pdirect_export_dmabuf`.
+        unsafe {
+            self.ioctl_raw(
+                sys::P2PDIRECT_IOC_EXPORT_DMABUF.into(),
+                std::ptr::from_mut(&mut req).cast(),
+            )
+        }?;
+        // SAFETY: on success the kernel installed a new descriptor for us.
+        Ok(unsafe { OwnedFd::from_raw_fd(req.fd) })
     }
 
     /// Maps an allocation of this device for CPU access.

@@ -137,3 +137,25 @@ fn bad_input() {
     assert_eq!(errno(other.map(&a)), libc::EINVAL);
     dev.free(a.handle).unwrap();
 }
+
+/// EXPORT_DMABUF: the fd names exactly the range asked for (its size, as
+/// lseek reports it), shares the allocation's bytes, and dies with FREE.
+#[test]
+fn export_dmabuf() {
+    use std::{
+        fs::File,
+        io::{Seek, SeekFrom},
+    };
+    let dev = Device::open().unwrap();
+    let gpu = &gpus(&dev)[0];
+    let a = dev.alloc(gpu.index, 2 * MIB, 0).unwrap();
+    let fd = dev.export_dmabuf(a.handle, MIB, 0).unwrap();
+    let mut f = File::from(fd);
+    assert_eq!(f.seek(SeekFrom::End(0)).unwrap(), MIB);
+    assert_eq!(errno(dev.export_dmabuf(a.handle, 1, 0)), libc::EINVAL);
+    assert_eq!(errno(dev.export_dmabuf(a.handle, 0, 3 * MIB)), libc::EINVAL);
+    dev.free(a.handle).unwrap();
+    assert_eq!(errno(dev.export_dmabuf(a.handle, 0, 0)), libc::ENOENT);
+    // The fd stays a valid (dead) file until closed.
+    assert_eq!(f.seek(SeekFrom::End(0)).unwrap(), MIB);
+}

@@ -259,7 +259,8 @@ TEST_F(db, mmap_shares_the_bytes)
 {
 	struct p2pdirect_alloc a;
 	uint8_t *dev, *view;
-	int buf;
+	int buf, status;
+	pid_t pid;
 
 	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
 	dev = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset);
@@ -284,16 +285,12 @@ TEST_F(db, mmap_shares_the_bytes)
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, PAGE, PROT_READ | PROT_EXEC, MAP_SHARED, buf, 0));
 	EXPECT_EQ(EPERM, errno);
 	/* Not inherited by fork, like the device mapping. */
-	{
-		pid_t pid = fork();
-		int status;
-
-		ASSERT_GE(pid, 0);
-		if (!pid)
-			_exit(read_faults(view) == SIGSEGV ? 0 : 1);
-		ASSERT_EQ(pid, waitpid(pid, &status, 0));
-		EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	}
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (!pid)
+		_exit(read_faults(view) == SIGSEGV ? 0 : 1);
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	/* FREE zaps the dma-buf's mapping too. */
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
 	EXPECT_EQ(SIGBUS, read_faults(view));
@@ -406,7 +403,7 @@ TEST_F(db, close_and_exit_revoke)
 TEST_F(db, bad_input)
 {
 	struct p2pdirect_export_dmabuf e = { 0 };
-	struct p2pdirect_alloc a;
+	struct p2pdirect_alloc a, w;
 	int ro, other, before_fd;
 	void *ro_arg;
 
@@ -433,12 +430,8 @@ TEST_F(db, bad_input)
 	/* A write-only file may not hand out a read-write dma-buf. */
 	ro = open(DEV_PATH, O_WRONLY);
 	ASSERT_GE(ro, 0);
-	{
-		struct p2pdirect_alloc w;
-
-		ASSERT_EQ(0, do_alloc(ro, self->gpu.index, MiB, &w));
-		EXPECT_EQ(-EBADF, do_export(ro, w.handle, 0, 0, 0));
-	}
+	ASSERT_EQ(0, do_alloc(ro, self->gpu.index, MiB, &w));
+	EXPECT_EQ(-EBADF, do_export(ro, w.handle, 0, 0, 0));
 	close(ro);
 	/* Pad of the argument: the output field must not matter on input. */
 	e.handle = a.handle;

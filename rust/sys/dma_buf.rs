@@ -334,6 +334,11 @@ impl<T: Exporter> Ops<T> {
         // SAFETY: as promised by the core; the table came from
         // `dma_buf_phys_vec_to_sgt()` on this attachment.
         let data = unsafe {
+            // `dma_buf_phys_vec_to_sgt()` zeroes `orig_nents` (no CPU list),
+            // and `dma_buf_free_sgt()` frees the list by it, so on Linux 7.2
+            // and 7.3 the scatterlist itself would leak (kmemleak): every
+            // entry it allocated is a DMA entry, so `nents` is its size.
+            (*sgt).orig_nents = (*sgt).nents;
             c::dma_buf_free_sgt(att, sgt, dir);
             Self::data((*att).dmabuf)
         };

@@ -20,6 +20,7 @@
 use crate::{
     devmem::{self, AllocState, Consumer, Hold},
     error::{eopnotsupp, eremoteio, refuse},
+    stats::Pinned,
     sys::{
         dma_buf::{self, Exported, Exporter, Importer, MapRange, NewBuf},
         vma::{self, DeviceMapping, Fault, FaultSlot},
@@ -49,9 +50,10 @@ pub(crate) struct Export {
     id: u64,
     /// Set under the reservation lock by revocation: no map after it.
     revoked: Atomic<bool>,
-    /// One per importer mapping alive.
+    /// One per importer mapping alive, each counted in the provider's
+    /// `pinned_bytes` (STATS).
     #[pin]
-    holds: Mutex<KVec<Hold>>,
+    holds: Mutex<KVec<(Hold, Pinned)>>,
 }
 
 /// The CPU view of an export (its `mmap`), faulting pages in from the
@@ -113,7 +115,8 @@ impl Exporter for Export {
         if !imp.reaches(&r.provider) {
             return Err(eremoteio());
         }
-        self.holds.lock().push(r.hold, GFP_KERNEL)?;
+        let pinned = Pinned::new(self.alloc.provider.pdev.addr(), self.size);
+        self.holds.lock().push((r.hold, pinned), GFP_KERNEL)?;
         Ok(MapRange {
             provider: r.provider,
             phys: r.phys,

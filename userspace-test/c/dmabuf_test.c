@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -120,6 +121,20 @@ static __u64 used_bytes(int fd, __u32 index)
 	return ~0ull;
 }
 
+/* STATS' pinned_bytes of the provider at PCI address @addr (0: no row). */
+static __u64 pinned_bytes(int fd, __u32 addr)
+{
+	struct p2pdirect_stat st[32];
+	struct p2pdirect_stats req = { .entries = (uintptr_t)st, .capacity = 32 };
+
+	if (ioctl(fd, P2PDIRECT_IOC_STATS, &req))
+		return ~0ull;
+	for (unsigned int i = 0; i < req.count && i < 32; i++)
+		if (st[i].kind == P2PDIRECT_STAT_PROVIDER && st[i].id == addr)
+			return st[i].pinned_bytes;
+	return 0;
+}
+
 /*
  * The BAR window [start, end] of BAR @bar of PCI function @addr (sysfs: CPU
  * physical addresses, which are the bus addresses on x86).
@@ -208,6 +223,7 @@ TEST_F(db, map_gives_bus_addresses_in_the_bar_window)
 {
 	unsigned long long start, end, total = 0;
 	struct p2pdirect_alloc a;
+	__u64 pinned;
 	struct imp_state st;
 	int buf;
 
@@ -216,7 +232,10 @@ TEST_F(db, map_gives_bus_addresses_in_the_bar_window)
 	ASSERT_GE(buf, 0) TH_LOG("export: %s", strerror(-buf));
 	ASSERT_EQ((off_t)(2 * MiB), lseek(buf, 0, SEEK_END));
 	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	pinned = pinned_bytes(self->fd, self->gpu.pci_addr);
 	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	/* A mapping counts as pinned device memory in STATS. */
+	EXPECT_EQ(pinned + 2 * MiB, pinned_bytes(self->fd, self->gpu.pci_addr));
 	ASSERT_EQ(0, imp_state(self->ctl, &st));
 	EXPECT_EQ(1, st.mapped);
 	ASSERT_GE(st.segs, 1u);
@@ -231,6 +250,7 @@ TEST_F(db, map_gives_bus_addresses_in_the_bar_window)
 	}
 	EXPECT_EQ(2 * MiB, total);
 	EXPECT_EQ(0, imp_cmd(self->ctl, "unmap"));
+	EXPECT_EQ(pinned, pinned_bytes(self->fd, self->gpu.pci_addr));
 	EXPECT_EQ(0, imp_cmd(self->ctl, "detach"));
 	close(buf);
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
@@ -450,6 +470,63 @@ TEST_F(db, bad_input)
 	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_EXPORT_DMABUF, ro_arg));
 	EXPECT_EQ(EFAULT, errno);
 	munmap(ro_arg, PAGE);
+}
+
+struct unbinder {
+	char bdf[32];
+	int ret;
+	int done;
+};
+
+static void *unbind_main(void *arg)
+{
+	struct unbinder *u = arg;
+
+	u->ret = sysfs_write("/sys/bus/pci/drivers/p2pdirect/unbind", u->bdf);
+	__atomic_store_n(&u->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * Removal of the GPU revokes its dma-bufs and waits until the importer
+ * unmapped (here an importer slow to do so), then the GPU binds again.
+ */
+TEST_F(db, gpu_unbind_waits_for_the_importer)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	struct p2pdirect_alloc a;
+	struct imp_state st;
+	struct unbinder u = { 0 };
+	pthread_t t;
+	int buf, back = 0;
+
+	pci_name(self->gpu.pci_addr, u.bdf, sizeof(u.bdf));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
+	buf = do_export(self->fd, a.handle, 0, 0, 0);
+	ASSERT_GE(buf, 0);
+	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s lazy", buf, self->sw));
+	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, pthread_create(&t, NULL, unbind_main, &u));
+	sleep(2);
+	/* Told, but still mapped: the unbind waits. */
+	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(1, st.mapped);
+	EXPECT_EQ(0, __atomic_load_n(&u.done, __ATOMIC_ACQUIRE));
+	ASSERT_EQ(0, imp_cmd(self->ctl, "unmap"));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	EXPECT_EQ(0, u.ret);
+	EXPECT_EQ(-ENODEV, imp_cmd(self->ctl, "map"));
+	EXPECT_EQ(0, imp_cmd(self->ctl, "detach"));
+	close(buf);
+	/* FREE of the revoked allocation is still fine. */
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", u.bdf));
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		back |= p[i].pci_addr == self->gpu.pci_addr && p[i].bytes_used == 0;
+	EXPECT_TRUE(back);
 }
 
 TEST_HARNESS_MAIN

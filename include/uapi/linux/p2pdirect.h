@@ -437,7 +437,7 @@ struct p2pdirect_io {
  * @bounce_bytes: of both, moved through host memory (COMPAT)
  * @zeroed_bytes: of @bytes_read, zeroed by the CPU (holes, unwritten extents)
  * @pinned_bytes: providers: device memory pinned now (registrations and I/O
- *	in flight); not reset
+ *	in flight; since 1.9 also dma-buf importers' mappings); not reset
  * @lat_min_ns: fastest I/O (0 before the first)
  * @lat_avg_ns: mean over all I/Os
  * @lat_max_ns: slowest I/O

@@ -61,8 +61,8 @@
  * kernel's mm and VFS return for these calls): EINVAL EFAULT ENOTTY EBADF
  * ENOENT ENOMEM ENOSPC ENODEV ENXIO EPERM EACCES EBUSY EREMOTEIO EOPNOTSUPP
  * ESTALE ERANGE EDQUOT EISDIR ESPIPE EOVERFLOW ENOTBLK ETXTBSY EIO EAGAIN
- * EINTR E2BIG EFBIG EROFS EXDEV, and EEXIST (REGISTER of a range the file
- * already registered). Anything else, or a return value other than 0 and -1,
+ * EINTR E2BIG EFBIG EROFS EXDEV EMFILE (EXPORT_DMABUF with no free fd), and
+ * EEXIST (REGISTER of a range the file already registered). Anything else, or a return value other than 0 and -1,
  * is a failure.
  *
  * Data safety: the host checks what the other suites left in the namespace
@@ -166,7 +166,7 @@
 
 enum op {
 	OP_VERSION, OP_LIST, OP_ALLOC, OP_FREE, OP_PROBE, OP_REGISTER, OP_DEREGISTER,
-	OP_REG_QUERY, OP_READ, OP_WRITE, OP_STATS, OP_UNKNOWN, OP_WRONG,
+	OP_REG_QUERY, OP_READ, OP_WRITE, OP_STATS, OP_EXPORT, OP_UNKNOWN, OP_WRONG,
 	OP_MMAP, OP_MUNMAP, OP_MADVISE, OP_MPROTECT, OP_MREMAP,
 	NR_OPS
 };
@@ -175,7 +175,7 @@ enum op {
 
 static const char *const op_name[NR_OPS] = {
 	"GET_VERSION", "LIST_PROVIDERS", "ALLOC", "FREE", "DMA_PROBE", "REGISTER",
-	"DEREGISTER", "REG_QUERY", "READ", "WRITE", "STATS", "unknown-command",
+	"DEREGISTER", "REG_QUERY", "READ", "WRITE", "STATS", "EXPORT_DMABUF", "unknown-command",
 	"wrong-size-or-direction", "mmap", "munmap", "madvise", "mprotect", "mremap",
 };
 
@@ -223,7 +223,7 @@ static const char *const phase_name[NR_PH] = {
 static const int allowed_errno[] = {
 	EINVAL, EFAULT, ENOTTY, EBADF, ENOENT, ENOMEM, ENOSPC, ENODEV, ENXIO, EPERM, EACCES,
 	EBUSY, EREMOTEIO, EOPNOTSUPP, ESTALE, ERANGE, EDQUOT, EISDIR, ESPIPE, EOVERFLOW,
-	ENOTBLK, ETXTBSY, EIO, EAGAIN, EINTR, E2BIG, EFBIG, EROFS, EXDEV, EEXIST,
+	ENOTBLK, ETXTBSY, EIO, EAGAIN, EINTR, E2BIG, EFBIG, EROFS, EXDEV, EEXIST, EMFILE,
 };
 
 static const struct {
@@ -234,6 +234,7 @@ static const struct {
 	{ ENXIO, "ENXIO" }, { E2BIG, "E2BIG" }, { EBADF, "EBADF" }, { EAGAIN, "EAGAIN" },
 	{ ENOMEM, "ENOMEM" }, { EACCES, "EACCES" }, { EFAULT, "EFAULT" },
 	{ ENOTBLK, "ENOTBLK" }, { EBUSY, "EBUSY" }, { EEXIST, "EEXIST" }, { EXDEV, "EXDEV" },
+	{ EMFILE, "EMFILE" },
 	{ ENODEV, "ENODEV" }, { EISDIR, "EISDIR" }, { EINVAL, "EINVAL" },
 	{ ENOTTY, "ENOTTY" }, { ETXTBSY, "ETXTBSY" }, { EFBIG, "EFBIG" },
 	{ ENOSPC, "ENOSPC" }, { ESPIPE, "ESPIPE" }, { EROFS, "EROFS" }, { ERANGE, "ERANGE" },
@@ -1600,7 +1601,7 @@ static const __u32 cmd_size[] = {
 	sizeof(struct p2pdirect_dma_probe), sizeof(struct p2pdirect_register),
 	sizeof(struct p2pdirect_reg_id), sizeof(struct p2pdirect_reg_id),
 	sizeof(struct p2pdirect_io), sizeof(struct p2pdirect_io),
-	sizeof(struct p2pdirect_stats),
+	sizeof(struct p2pdirect_stats), sizeof(struct p2pdirect_export_dmabuf),
 };
 
 /*
@@ -1608,6 +1609,62 @@ static const __u32 cmd_size[] = {
  * number with another size or direction. The argument is a plausible struct
  * of the known command, in the scribble buffer.
  */
+/*
+ * EXPORT_DMABUF of an allocation of the thread's (or a hostile handle),
+ * whole, a page range or a random range; a dma-buf it gets names exactly
+ * the bytes asked for, may be mapped, and is closed at once.
+ */
+static void op_export(struct worker *w)
+{
+	struct p2pdirect_export_dmabuf e = { 0 };
+	int slot, fd = pick_dev(w, &slot), err;
+	struct dalloc *a = chance(w, 75) ? pick_alloc(w, slot) : NULL;
+	__u64 want = 0;
+	__u32 flags;
+	long ret;
+
+	e.handle = a ? a->handle : (chance(w, 50) ? rnd(w, 64) : rnd64(w));
+	if (a && chance(w, 40)) {
+		e.offset = 0;
+		want = a->size;
+	} else if (a && chance(w, 70)) {
+		e.offset = rnd(w, a->size / PAGE) * PAGE;
+		e.size = chance(w, 30) ? 0 : PAGE * (1 + rnd(w, (a->size - e.offset) / PAGE));
+		want = e.size ? e.size : a->size - e.offset;
+	} else {
+		e.offset = chance(w, 50) ? rnd(w, 3 * PAGE) : rnd64(w);
+		e.size = chance(w, 50) ? rnd(w, 3 * PAGE) : rnd64(w);
+	}
+	flags = chance(w, 85) ? (chance(w, 50) ? P2PDIRECT_EXPORT_CLOEXEC : 0) : (__u32)rnd64(w);
+	e.flags = flags;
+	e.fd = chance(w, 50) ? -1 : (int)rnd(w, 1024);
+	if (!issue(w, OP_EXPORT, fd, P2PDIRECT_IOC_EXPORT_DMABUF, &e, sizeof(e), true, &ret,
+		   &err) || ret) {
+		put_dev(fd, slot);
+		return;
+	}
+	expect(w, flags & ~P2PDIRECT_EXPORT_CLOEXEC, "EXPORT_DMABUF accepted flags %#x", flags);
+	expect(w, e.offset % PAGE || e.size % PAGE, "EXPORT_DMABUF accepted %#llx+%#llx",
+	       (unsigned long long)e.offset, (unsigned long long)e.size);
+	expect(w, e.fd < 0, "EXPORT_DMABUF succeeded with fd %d", e.fd);
+	if (e.fd >= 0) {
+		off_t end = lseek(e.fd, 0, SEEK_END);
+
+		/* Another thread may have freed a shared allocation: the size holds. */
+		expect(w, want && a->reliable && end != (off_t)want,
+		       "EXPORT_DMABUF of %#llx bytes gave a dma-buf of %lld",
+		       (unsigned long long)want, (long long)end);
+		if (end > 0 && chance(w, 30)) {
+			void *m = mmap(NULL, end, PROT_READ | PROT_WRITE, MAP_SHARED, e.fd, 0);
+
+			if (m != MAP_FAILED)
+				munmap(m, end);
+		}
+		close(e.fd);
+	}
+	put_dev(fd, slot);
+}
+
 static void op_bad_cmd(struct worker *w)
 {
 	static const unsigned int dirs[] = { _IOC_NONE, _IOC_READ, _IOC_WRITE,
@@ -2098,6 +2155,7 @@ static const struct {
 	{ "READ", 9, op_read },
 	{ "WRITE", 7, op_write },
 	{ "STATS", 2, op_stats },
+	{ "EXPORT_DMABUF", 3, op_export },
 	{ "bad command", 5, op_bad_cmd },
 	{ "mmap", 6, op_mmap },
 	{ "munmap", 4, op_munmap },

@@ -205,7 +205,7 @@ pub(crate) fn export(alloc: Arc<AllocState>, offset: u64, size: u64) -> Result<N
         revoked: Atomic::new(false),
         holds <- new_mutex!(KVec::new()),
     });
-    let (exported, file) = dma_buf::export(&crate::THIS_MODULE, data, len)?;
+    let (exported, file) = dma_buf::export(crate::this_module(), data, len)?;
     let alloc = exported.data().alloc.clone();
     // A revocation before this point found no subscriber: `subscribe`
     // fails then, and dropping the file releases the buffer.

@@ -53,6 +53,16 @@ pub(crate) fn max_pinned_bytes() -> u64 {
     mib.min(MAX_PINNED_MIB_LIMIT).saturating_mul(1 << 20)
 }
 
+/// This module (`THIS_MODULE`), which files that outlive a call (a dma-buf)
+/// hold. 7.2's `module!` defines a static at the crate root, 7.3's a
+/// constant of `ModuleMetadata`.
+pub(crate) fn this_module() -> &'static ThisModule {
+    #[cfg(not(kernel_ge_7_3))]
+    return &THIS_MODULE;
+    #[cfg(kernel_ge_7_3)]
+    return kernel::module::this_module::<P2pDirect>();
+}
+
 /// Version of this module, reported by `P2PDIRECT_IOC_GET_VERSION`.
 pub(crate) const MODULE_VERSION: &str = "0.1.0";
 

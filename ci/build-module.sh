@@ -11,11 +11,10 @@ if [ -z "${KDIR:-}" ]; then
 	. "$here/lib.sh"
 	"$here/install-deps.sh"
 	KDIR=$("$here/build-kernel.sh")
-	for m in "$repo" "$repo/testmod"; do
-		make -C "$KDIR" M="$m" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" modules
-	done
-	exit 0
+	make -C "$KDIR" M="$repo" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" modules
+	# The test modules use p2pdirect's kernel API: its symbols' versions.
+	exec make -C "$KDIR" M="$repo/testmod" KBUILD_EXTRA_SYMBOLS="$repo/Module.symvers" \
+		LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" modules
 fi
-for m in "$repo" "$repo/testmod"; do
-	make -C "$KDIR" M="$m" modules
-done
+make -C "$KDIR" M="$repo" modules
+exec make -C "$KDIR" M="$repo/testmod" KBUILD_EXTRA_SYMBOLS="$repo/Module.symvers" modules

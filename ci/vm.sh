@@ -94,7 +94,7 @@ mkdir -p "$root"/{bin,lib,lib64,tests,proc,sys,dev,tmp,etc}
 cp /bin/busybox "$root/bin/busybox"
 cp "$here/guest/init" "$root/init"
 cp "$here/guest/guest-lib.sh" "$root/tests/"
-cp "$repo/p2pdirect.ko" "$repo/testmod/p2pd_importer.ko" "$root/"
+cp "$repo/p2pdirect.ko" "$repo/testmod/p2pd_importer.ko" "$repo/testmod/p2pd_client.ko" "$root/"
 # Every C test program the Makefile builds.
 for t in $(make -s --no-print-directory -C "$repo/userspace-test/c" KSRC="$ksrc" \
 	--eval 'print-tests: ; @echo $(TESTS)' print-tests); do

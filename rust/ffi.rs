@@ -89,6 +89,11 @@ impl DmaDevice {
         Self(None)
     }
 
+    /// DMA by the PCI function `dev`.
+    pub(crate) fn of_pci(dev: &pci::Device) -> Self {
+        Self(Some(PciFunction::from_pci(dev)))
+    }
+
     /// The PCI function doing the DMA, if any.
     pub(crate) fn pci(&self) -> Option<&PciFunction> {
         self.0.as_ref()

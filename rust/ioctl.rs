@@ -270,14 +270,23 @@ fn dma_probe(arg: usize) -> Result<isize> {
         }
     })?;
     claim.get_pages(req.flags & uapi::P2PDIRECT_PROBE_WRITE != 0)?;
-    let pages = claim.pages()?;
+    // The legs of a stacked device: checked on the pages (a client of
+    // another module gives none, and serves single devices only).
+    let pages = if others.is_empty() {
+        None
+    } else {
+        Some(claim.pages()?)
+    };
     for leg in others.iter().filter_map(|d| d.pci()) {
+        let Some(pages) = pages.as_ref() else {
+            break;
+        };
         if pages.reachable_by(leg.as_pci()).is_err() {
             if crate::sys::ratelimit::allow() {
                 pr_info!(
                     "{} memory at {:#x} is not reachable by PCI device {:#x}, a leg of fd {} \
                      (P2P distance)\n",
-                    claim.client,
+                    claim.client_name(),
                     req.addr,
                     leg.addr(),
                     req.fd
@@ -291,7 +300,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
         if *e == eremoteio() && crate::sys::ratelimit::allow() {
             pr_info!(
                 "{} memory at {:#x} is not reachable by PCI device {:#x} (P2P distance)\n",
-                claim.client,
+                claim.client_name(),
                 req.addr,
                 dev.pci().map_or(0, |p| p.addr())
             );

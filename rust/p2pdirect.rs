@@ -14,6 +14,7 @@ mod dmabuf;
 mod error;
 mod ffi;
 mod ioctl;
+mod peer_api;
 mod peer_clients;
 mod peer_mem;
 mod range_alloc;
@@ -90,6 +91,8 @@ struct P2pDirect {
     /// drop in this order, so the three globals go in the reverse of the
     /// order `init` sets them up in.
     devmem: devmem::Globals,
+    /// The kernel API's subscriptions (clients of other modules).
+    peer_api: peer_api::Globals,
     /// The peer-memory client registry.
     peer_mem: peer_mem::Globals,
     /// The statistics table: set up first, torn down last.
@@ -108,6 +111,7 @@ impl kernel::InPlaceModule for P2pDirect {
         try_pin_init!(Self {
             stats: stats::Globals::init()?,
             peer_mem: peer_mem::Globals::init()?,
+            peer_api: peer_api::Globals::init()?,
             devmem: devmem::Globals::init()?,
             bio_set: sys::bio::BioSet::new()?,
             peer_clients: peer_clients::Builtins::register()?,

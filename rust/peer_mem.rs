@@ -84,11 +84,16 @@ pub(crate) trait Context: Send {
     fn devmem_state(&self) -> Option<Arc<crate::devmem::AllocState>> {
         None
     }
+    /// For a client of another module: which client (its key) and the id
+    /// its invalidation names the claim by (see `peer_api`).
+    fn external(&self) -> Option<(usize, u64)> {
+        None
+    }
 }
 
 /// A peer-memory client.
 pub(crate) trait Client: Send + Sync {
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     /// The UAPI's `P2PDIRECT_CLIENT_*` for built-in clients.
     fn id(&self) -> u32;
     /// Claims `range` (`Ok(Some)`) or declines it (`Ok(None)`): a client
@@ -109,7 +114,7 @@ pub(crate) struct Registry {
 
 /// A context some client claimed, counted against its client until dropped.
 pub(crate) struct Claim {
-    pub(crate) client: &'static str,
+    client: Arc<dyn Client>,
     pub(crate) client_id: u32,
     ctx: KBox<dyn Context>,
     live: Arc<Atomic<u64>>,
@@ -131,12 +136,35 @@ impl Claim {
         self.ctx.page_size()
     }
 
-    /// The pinned pages, for I/O; `EINVAL` before `get_pages`.
+    /// The name of the client that claimed the range.
+    pub(crate) fn client_name(&self) -> &str {
+        self.client.name()
+    }
+
+    /// The pinned pages, for I/O; `EINVAL` before `get_pages`,
+    /// `EOPNOTSUPP` for a client that gives no pages (another module's:
+    /// its memory serves DMA mappings only).
     pub(crate) fn pages(&self) -> Result<crate::ffi::Pages> {
         if !self.pinned {
             return Err(EINVAL);
         }
-        self.ctx.pages().ok_or(EINVAL)
+        match self.ctx.pages() {
+            Some(p) => Ok(p),
+            None => crate::error::refuse!(
+                crate::error::eopnotsupp(),
+                "memory of peer-memory client {} serves DMA mappings only, not block I/O \
+                 or registrations\n",
+                self.client.name()
+            ),
+        }
+    }
+
+    pub(crate) fn external(&self) -> Option<(usize, u64)> {
+        self.ctx.external()
+    }
+
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.mapped
     }
 
     pub(crate) fn devmem_state(&self) -> Option<Arc<crate::devmem::AllocState>> {
@@ -247,8 +275,8 @@ fn ask(clients: Snapshot, range: UserRange) -> Result<Claim> {
         if let Some(ctx) = client.acquire(range)? {
             live.fetch_add(1, Relaxed);
             return Ok(Claim {
-                client: client.name(),
                 client_id: client.id(),
+                client,
                 ctx,
                 live,
                 pinned: false,
@@ -355,17 +383,17 @@ mod tests {
         let c = reg
             .acquire(UserRange::new(0x2000, 0x1000).unwrap())
             .unwrap();
-        assert_eq!(c.client, "a");
+        assert_eq!(c.client_name(), "a");
         // Only b claims a range outside a's.
         let c2 = reg
             .acquire(UserRange::new(0x8000, 0x1000).unwrap())
             .unwrap();
-        assert_eq!(c2.client, "b");
+        assert_eq!(c2.client_name(), "b");
         // A range straddling a's end is declined by a (not entirely its own).
         let c3 = reg
             .acquire(UserRange::new(0x4000, 0x2000).unwrap())
             .unwrap();
-        assert_eq!(c3.client, "b");
+        assert_eq!(c3.client_name(), "b");
     }
 
     #[test]

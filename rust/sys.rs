@@ -16,6 +16,7 @@ pub(crate) mod miscdev;
 pub(crate) mod page_ref;
 pub(crate) mod pci_notify;
 pub(crate) mod pci_p2pdma;
+pub(crate) mod peer_client;
 pub(crate) mod ratelimit;
 pub(crate) mod uapi;
 pub(crate) mod uring_cmd;

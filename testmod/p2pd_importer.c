@@ -16,12 +16,23 @@
  * Reading gives "attached A mapped M invalidations N segs S" and a line
  * "seg DMA_ADDR LEN" per DMA segment of the mapping (hex). Closing the file
  * unmaps and detaches.
+ *
+ * Each open file of p2pd_importer/peer is a consumer of p2pdirect's kernel
+ * API (include/linux/p2pdirect.h), taking a user range of the writer:
+ *   acquire ADDR SIZE BDF [write]
+ *	p2pdirect_peer_get() of [ADDR, ADDR + SIZE) (hex), then
+ *	p2pdirect_peer_dma_map() for PCI function BDF
+ *   map	p2pdirect_peer_dma_map() again
+ *   unmap	p2pdirect_peer_dma_unmap()
+ *   release	p2pdirect_peer_put()
+ * Reading gives the same lines as ctl, "attached" meaning a range is held.
  */
 #include <linux/debugfs.h>
 #include <linux/dma-buf.h>
 #include <linux/dma-resv.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/p2pdirect.h>
 #include <linux/pci.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
@@ -254,10 +265,175 @@ static const struct file_operations ctl_fops = {
 	.write = ctl_write,
 };
 
+#define PEER_SEGS 16
+
+struct peer_user {
+	struct mutex lock;	/* serialises commands of this file */
+	struct p2pdirect_peer_mem *mem;
+	struct pci_dev *pdev;
+	struct p2pdirect_peer_seg segs[PEER_SEGS];
+	int nsegs;		/* mapped segments; 0: not mapped */
+	atomic_t invalidations;
+};
+
+/* Told the memory goes: takes no lock (p2pdirect_peer_put() waits for it). */
+static void peer_invalidate(void *priv)
+{
+	struct peer_user *pu = priv;
+
+	atomic_inc(&pu->invalidations);
+	WRITE_ONCE(pu->nsegs, 0);
+}
+
+static int peer_map(struct peer_user *pu)
+{
+	int n = p2pdirect_peer_dma_map(pu->mem, &pu->pdev->dev, pu->segs, PEER_SEGS);
+
+	if (n < 0)
+		return n;
+	WRITE_ONCE(pu->nsegs, n);
+	return 0;
+}
+
+static int peer_unmap(struct peer_user *pu)
+{
+	p2pdirect_peer_dma_unmap(pu->mem);
+	WRITE_ONCE(pu->nsegs, 0);
+	return 0;
+}
+
+static void peer_release(struct peer_user *pu)
+{
+	if (!pu->mem)
+		return;
+	p2pdirect_peer_put(pu->mem);
+	pci_dev_put(pu->pdev);
+	pu->mem = NULL;
+	pu->pdev = NULL;
+	pu->nsegs = 0;
+}
+
+static int peer_acquire(struct peer_user *pu, char *args)
+{
+	char *addr_s = strsep(&args, " "), *size_s = strsep(&args, " ");
+	char *bdf = strsep(&args, " "), *opt = strsep(&args, " ");
+	struct p2pdirect_peer_mem *mem;
+	unsigned long addr, size;
+	struct device *dev;
+	int ret;
+
+	if (pu->mem)
+		return -EBUSY;
+	if (!addr_s || !size_s || !bdf || kstrtoul(addr_s, 16, &addr) ||
+	    kstrtoul(size_s, 16, &size) || (opt && strcmp(opt, "write")))
+		return -EINVAL;
+	dev = bus_find_device_by_name(&pci_bus_type, NULL, bdf);
+	if (!dev)
+		return -ENODEV;
+	mem = p2pdirect_peer_get(addr, size, !!opt, peer_invalidate, pu);
+	if (IS_ERR(mem)) {
+		put_device(dev);
+		return PTR_ERR(mem);
+	}
+	pu->mem = mem;
+	pu->pdev = to_pci_dev(dev);
+	ret = peer_map(pu);
+	if (ret)
+		peer_release(pu);
+	return ret;
+}
+
+static ssize_t peer_write(struct file *f, const char __user *ubuf, size_t len, loff_t *pos)
+{
+	struct peer_user *pu = f->private_data;
+	char cmd[96], *args, *verb;
+	int ret;
+
+	if (len >= sizeof(cmd))
+		return -EINVAL;
+	if (copy_from_user(cmd, ubuf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	args = strim(cmd);
+	verb = strsep(&args, " ");
+	mutex_lock(&pu->lock);
+	if (!strcmp(verb, "acquire") && args)
+		ret = peer_acquire(pu, args);
+	else if (!pu->mem)
+		ret = -ENOTCONN;
+	else if (!strcmp(verb, "map"))
+		ret = peer_map(pu);
+	else if (!strcmp(verb, "unmap"))
+		ret = peer_unmap(pu);
+	else if (!strcmp(verb, "release"))
+		ret = (peer_release(pu), 0);
+	else
+		ret = -EINVAL;
+	mutex_unlock(&pu->lock);
+	return ret ? ret : len;
+}
+
+static ssize_t peer_read(struct file *f, char __user *ubuf, size_t len, loff_t *pos)
+{
+	struct peer_user *pu = f->private_data;
+	size_t cap = 2048, n = 0;
+	int i, segs;
+	ssize_t ret;
+	char *out;
+
+	out = kmalloc(cap, GFP_KERNEL);
+	if (!out)
+		return -ENOMEM;
+	mutex_lock(&pu->lock);
+	segs = READ_ONCE(pu->nsegs);
+	n += scnprintf(out + n, cap - n, "attached %d mapped %d invalidations %u segs %d\n",
+		       !!pu->mem, segs > 0, atomic_read(&pu->invalidations), segs);
+	for (i = 0; i < segs; i++)
+		n += scnprintf(out + n, cap - n, "seg %llx %llx\n", pu->segs[i].addr,
+			       pu->segs[i].len);
+	if (pu->mem)
+		n += scnprintf(out + n, cap - n, "pagesize %lu\n",
+			       p2pdirect_peer_page_size(pu->mem));
+	mutex_unlock(&pu->lock);
+	ret = simple_read_from_buffer(ubuf, len, &(loff_t){ 0 }, out, n);
+	kfree(out);
+	return ret;
+}
+
+static int peer_open(struct inode *inode, struct file *f)
+{
+	struct peer_user *pu = kzalloc(sizeof(*pu), GFP_KERNEL);
+
+	if (!pu)
+		return -ENOMEM;
+	mutex_init(&pu->lock);
+	f->private_data = pu;
+	return nonseekable_open(inode, f);
+}
+
+static int peer_file_release(struct inode *inode, struct file *f)
+{
+	struct peer_user *pu = f->private_data;
+
+	peer_release(pu);
+	mutex_destroy(&pu->lock);
+	kfree(pu);
+	return 0;
+}
+
+static const struct file_operations peer_fops = {
+	.owner = THIS_MODULE,
+	.open = peer_open,
+	.release = peer_file_release,
+	.read = peer_read,
+	.write = peer_write,
+};
+
 static int __init importer_init(void)
 {
 	dir = debugfs_create_dir("p2pd_importer", NULL);
 	debugfs_create_file("ctl", 0600, dir, NULL, &ctl_fops);
+	debugfs_create_file("peer", 0600, dir, NULL, &peer_fops);
 	return 0;
 }
 

@@ -357,6 +357,7 @@ teardown_suites() {
 	n=0
 	fails=0
 	check "rmmod p2pd_importer" rmmod p2pd_importer
+	check "rmmod p2pd_client" rmmod p2pd_client
 	check "rmmod p2pdirect" rmmod p2pdirect
 	check "module and /dev/p2pdirect gone" module_gone
 	check "kmemleak reports nothing" kmemleak_clean
@@ -375,8 +376,10 @@ mount_and_load() {
 	# A small pin cap, so that the tests can reach it (peermem_test).
 	check "insmod p2pdirect.ko max_pinned_mib=96" insmod /p2pdirect.ko max_pinned_mib=96
 	check "/dev/p2pdirect is a root-only char device" devnode_root_only
-	# The dma-buf importer playing an RDMA driver (testmod/, dmabuf_test).
+	# The test modules (testmod/): a dma-buf importer and kernel-API
+	# consumer playing an RDMA driver, a client playing another GPU driver.
 	check "insmod p2pd_importer.ko" insmod /p2pd_importer.ko
+	check "insmod p2pd_client.ko" insmod /p2pd_client.ko
 }
 
 run_checks() {
@@ -406,6 +409,7 @@ run_checks() {
 	run_suite c-storage /tests/storage_test
 	run_suite c-uring /tests/uring_test
 	run_suite c-dmabuf /tests/dmabuf_test
+	run_suite c-kapi /tests/kapi_test
 	run_suite c-fault /tests/fault_test
 	stack_suites
 	for t in /tests/rust-*; do

@@ -7,6 +7,7 @@
  */
 #include <linux/blkdev.h>
 #include <linux/dma-resv.h>
+#include <linux/export.h>
 #include <linux/fs.h>
 #include <linux/fsnotify.h>
 #include <linux/memremap.h>
@@ -185,3 +186,13 @@ void p2pdirect_dma_resv_unlock(struct dma_resv *resv)
 {
 	dma_resv_unlock(resv);
 }
+
+/* --- The kernel API (include/linux/p2pdirect.h), defined in Rust -------- */
+
+EXPORT_SYMBOL_GPL(p2pdirect_register_peer_memory_client);
+EXPORT_SYMBOL_GPL(p2pdirect_unregister_peer_memory_client);
+EXPORT_SYMBOL_GPL(p2pdirect_peer_get);
+EXPORT_SYMBOL_GPL(p2pdirect_peer_dma_map);
+EXPORT_SYMBOL_GPL(p2pdirect_peer_dma_unmap);
+EXPORT_SYMBOL_GPL(p2pdirect_peer_page_size);
+EXPORT_SYMBOL_GPL(p2pdirect_peer_put);

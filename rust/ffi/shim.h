@@ -12,6 +12,8 @@
 #include <linux/mm_types.h>
 #include <linux/pci.h>
 
+#include "../../include/linux/p2pdirect.h"	/* the kernel API, defined in Rust */
+
 bool p2pdirect_ratelimit(void);
 bool p2pdirect_file_may(struct file *f, bool write);
 bool p2pdirect_bdev_read_only(struct block_device *bdev);

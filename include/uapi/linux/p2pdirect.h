@@ -215,6 +215,7 @@ struct p2pdirect_free {
 /* struct p2pdirect_dma_probe.client: the peer-memory client that claimed the range */
 #define P2PDIRECT_CLIENT_DEVMEM 1	/* p2pdirect's own device memory */
 #define P2PDIRECT_CLIENT_P2PDMA_USER 2	/* a user mapping of another provider's P2PDMA pages */
+#define P2PDIRECT_CLIENT_EXTERNAL 3	/* a client another module registered (since 1.9) */
 
 /* struct p2pdirect_dma_probe.flags */
 #define P2PDIRECT_PROBE_WRITE 1	/* pin for writing (the device will write) */

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * p2pdirect's kernel API (GPL symbols of p2pdirect.ko): its peer-memory
+ * registry, open to other modules.
+ *
+ * Client side: a driver that owns device memory user space maps (another
+ * GPU driver) registers the callback table of OFED's struct
+ * peer_memory_client, field for field, so an existing client ports by
+ * renaming its register call. p2pdirect asks its clients in registration
+ * order (its two built-in clients first: its own device memory, then user
+ * mappings of P2PDMA pages) which one owns a user range; the first that
+ * claims it pins and maps it. A client registered here serves DMA_PROBE and
+ * the consumer side below; READ, WRITE and REGISTER need P2PDMA pages and
+ * refuse its memory (-EOPNOTSUPP).
+ *
+ * Consumer side: a driver that DMAs to user memory (an RDMA NIC) takes a
+ * user range of the calling process through whichever client owns it, maps
+ * it for its device and is told when the memory goes away.
+ */
+#ifndef _LINUX_P2PDIRECT_H
+#define _LINUX_P2PDIRECT_H
+
+#include <linux/types.h>
+
+struct device;
+struct sg_table;
+
+#define P2PDIRECT_PEER_NAME_MAX 64
+#define P2PDIRECT_PEER_VERSION_MAX 16
+
+/**
+ * struct p2pdirect_peer_memory_client - OFED's struct peer_memory_client
+ * @name: the client's name (NUL-terminated, unique among clients)
+ * @version: free-form, NUL-terminated
+ * @acquire: 1 if the client owns [@addr, @addr + @size) of the calling
+ *	process (it sets *@client_context), 0 to decline, -errno on failure;
+ *	@peer_mem_private_data and @peer_mem_name are NULL
+ * @get_pages: pins the range (for writing if @write) into @sg_head (zeroed
+ *	storage the client fills, with sg_alloc_table() or not); @core_context
+ *	names this claim in the invalidation callback; 0 or -errno
+ * @dma_map: maps the pinned range for @dma_device into @sg_head's DMA
+ *	entries and sets *@nmap to their count; 0 or -errno
+ * @dma_unmap: undoes @dma_map
+ * @put_pages: undoes @get_pages (frees what it put in @sg_head)
+ * @get_page_size: the page size of the memory behind the context
+ * @release: the context goes (after @put_pages if pages were got)
+ * @get_context_private_data: unused by p2pdirect (kept for the layout)
+ * @put_context_private_data: unused by p2pdirect (kept for the layout)
+ *
+ * Every callback may sleep; p2pdirect calls none of them with a lock of its
+ * own held, and calls one context's callbacks one at a time.
+ */
+struct p2pdirect_peer_memory_client {
+	char name[P2PDIRECT_PEER_NAME_MAX];
+	char version[P2PDIRECT_PEER_VERSION_MAX];
+	int (*acquire)(unsigned long addr, size_t size, void *peer_mem_private_data,
+		       char *peer_mem_name, void **client_context);
+	int (*get_pages)(unsigned long addr, size_t size, int write, int force,
+			 struct sg_table *sg_head, void *client_context, u64 core_context);
+	int (*dma_map)(struct sg_table *sg_head, void *client_context,
+		       struct device *dma_device, int dmasync, int *nmap);
+	int (*dma_unmap)(struct sg_table *sg_head, void *client_context,
+			 struct device *dma_device);
+	void (*put_pages)(struct sg_table *sg_head, void *client_context);
+	unsigned long (*get_page_size)(void *client_context);
+	void (*release)(void *client_context);
+	void *(*get_context_private_data)(u64 peer_id);
+	void (*put_context_private_data)(void *context);
+};
+
+/*
+ * What the client calls when memory it handed out goes away: @reg_handle
+ * from the register call, @core_context from @get_pages. p2pdirect tells the
+ * claim's consumer, then unmaps and unpins (dma_unmap, put_pages, release)
+ * before returning; 0, or -ENOENT for an unknown claim. May sleep.
+ */
+typedef int (*p2pdirect_invalidate_peer_memory)(void *reg_handle, u64 core_context);
+
+/*
+ * Registers @client (which must stay valid until unregistered) after the
+ * existing clients and stores the invalidation function in
+ * *@invalidate_callback. Returns the handle for unregistering and
+ * invalidating, or NULL (a name in use, no memory, a bad table: the kernel
+ * log says which).
+ */
+void *p2pdirect_register_peer_memory_client(const struct p2pdirect_peer_memory_client *client,
+					    p2pdirect_invalidate_peer_memory *invalidate_callback);
+
+/*
+ * Unregisters: no new claim reaches the client; every claim it holds is
+ * invalidated as if the client had called the invalidation function; returns
+ * once the client's last context is released. May sleep.
+ */
+void p2pdirect_unregister_peer_memory_client(void *reg_handle);
+
+/* A user range taken through the registry, for one consumer. */
+struct p2pdirect_peer_mem;
+
+/* One DMA segment of a mapping. */
+struct p2pdirect_peer_seg {
+	u64 addr;
+	u64 len;
+};
+
+/*
+ * Takes [@addr, @addr + @size) of the calling process through the client
+ * that owns it and pins it (for the device to write into it if @write).
+ * @invalidate(@priv) runs when the memory goes away (FREE, close, exit,
+ * device removal, the client's invalidation): the consumer must stop DMA
+ * to it before returning; p2pdirect then unmaps and unpins it, and later
+ * maps fail with -ESTALE. The callback may sleep; it must not call back
+ * into this API for the same range. Returns an ERR_PTR: -EINVAL (empty or
+ * wrapping range), -ENXIO (no client owns the range: not device memory),
+ * -EFAULT, -ENOMEM, or the client's error.
+ */
+struct p2pdirect_peer_mem *p2pdirect_peer_get(unsigned long addr, size_t size, bool write,
+					      void (*invalidate)(void *priv), void *priv);
+
+/*
+ * Maps the range for @dev (a PCI function) into @segs (at most @max_segs):
+ * the number of segments, or -EREMOTEIO (@dev cannot reach the memory),
+ * -E2BIG (more than @max_segs segments), -EBUSY (already mapped), -ESTALE
+ * (invalidated), -ENODEV (@dev is not a PCI function), -ENOMEM.
+ */
+int p2pdirect_peer_dma_map(struct p2pdirect_peer_mem *mem, struct device *dev,
+			   struct p2pdirect_peer_seg *segs, unsigned int max_segs);
+
+/* Undoes p2pdirect_peer_dma_map() (nothing if not mapped). */
+void p2pdirect_peer_dma_unmap(struct p2pdirect_peer_mem *mem);
+
+/* The page size of the memory (0 once invalidated). */
+unsigned long p2pdirect_peer_page_size(struct p2pdirect_peer_mem *mem);
+
+/*
+ * Unmaps, unpins and releases the range; @mem is gone. Once it returns,
+ * @invalidate is neither running nor called again, so it waits for a
+ * running one: @invalidate must not wait for a lock held across this call.
+ */
+void p2pdirect_peer_put(struct p2pdirect_peer_mem *mem);
+
+#endif /* _LINUX_P2PDIRECT_H */

@@ -1,0 +1,583 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The kernel API of include/linux/p2pdirect.h: peer-memory clients of other
+//! modules (OFED's `peer_memory_client` callback table) as safe types, and
+//! the GPL entry points, which [`kernel_api!`] generates for the type that
+//! implements [`KernelApi`].
+//!
+//! C header: [`include/linux/p2pdirect.h`](../../include/linux/p2pdirect.h)
+
+use core::ptr::NonNull;
+use kernel::{
+    bindings,
+    error::to_result,
+    ffi::{c_int, c_void},
+    pci,
+    prelude::*,
+    scatterlist::SGTable,
+    str::{CStr, CString},
+    sync::{aref::ARef, Arc, ArcBorrow},
+    types::ForeignOwnable,
+};
+
+use super::c;
+
+/// A client table another module registered.
+///
+/// # Invariants
+///
+/// `table` points to the caller's `struct p2pdirect_peer_memory_client`,
+/// which its module keeps valid until its unregister call returned; that
+/// call returns only once every `ForeignClient` and [`ForeignCtx`] is gone
+/// (the implementor of [`KernelApi::unregister`] waits for them).
+pub(crate) struct ForeignClient {
+    table: NonNull<c::p2pdirect_peer_memory_client>,
+    name: CString,
+}
+
+// SAFETY: the table is read-only; its callbacks may be called from any
+// thread (OFED's contract).
+unsafe impl Send for ForeignClient {}
+// SAFETY: as above.
+unsafe impl Sync for ForeignClient {}
+
+impl ForeignClient {
+    fn table(&self) -> &c::p2pdirect_peer_memory_client {
+        // SAFETY: valid by the type invariant.
+        unsafe { self.table.as_ref() }
+    }
+
+    /// The client's name.
+    pub(crate) fn name(&self) -> &CStr {
+        &self.name
+    }
+
+    /// Asks the client whether it owns `[addr, addr + size)` of the calling
+    /// process.
+    pub(crate) fn acquire(self: &Arc<Self>, addr: u64, size: u64) -> Result<Option<ForeignCtx>> {
+        let (Ok(a), Ok(s)) = (usize::try_from(addr), usize::try_from(size)) else {
+            return Ok(None);
+        };
+        let Some(acquire) = self.table().acquire else {
+            return Ok(None);
+        };
+        let mut ctx: *mut c_void = core::ptr::null_mut();
+        // SAFETY: a valid table's callback (type invariant), with the
+        // arguments OFED defines; `ctx` is our local.
+        let r = unsafe { acquire(a, s, core::ptr::null_mut(), core::ptr::null_mut(), &mut ctx) };
+        match r {
+            0 => Ok(None),
+            1 => {
+                // INVARIANT: the client's context, released by `Drop` (also
+                // if the table's storage cannot be had).
+                let mut fc = ForeignCtx {
+                    client: self.clone(),
+                    ctx,
+                    addr: a,
+                    size: s,
+                    sg: None,
+                    mapped: None,
+                };
+                fc.sg = Some(KBox::new(bindings::sg_table::default(), GFP_KERNEL)?);
+                Ok(Some(fc))
+            }
+            e if e < 0 => Err(Error::from_errno(e)),
+            _ => Err(EINVAL),
+        }
+    }
+}
+
+/// One claim of a foreign client: its `client_context` and the scatter
+/// table it fills.
+///
+/// # Invariants
+///
+/// `ctx` came from the client's `acquire` and is released only by `Drop`;
+/// `sg` holds what `get_pages` put there until `put_pages`.
+pub(crate) struct ForeignCtx {
+    client: Arc<ForeignClient>,
+    ctx: *mut c_void,
+    addr: usize,
+    size: usize,
+    /// The scatter table (`None` only while being built).
+    sg: Option<KBox<bindings::sg_table>>,
+    /// The device mapped for, while mapped.
+    mapped: Option<ARef<pci::Device>>,
+}
+
+// SAFETY: the context is the client's, usable from any thread (OFED's
+// contract); the table is ours.
+unsafe impl Send for ForeignCtx {}
+
+impl ForeignCtx {
+    fn sg(&mut self) -> *mut bindings::sg_table {
+        self.sg
+            .as_deref_mut()
+            .map_or(core::ptr::null_mut(), core::ptr::from_mut)
+    }
+
+    /// Pins the range; `core_context` names the claim in the client's
+    /// invalidation call.
+    pub(crate) fn get_pages(&mut self, write: bool, core_context: u64) -> Result {
+        let f = self.client.table().get_pages.ok_or(EINVAL)?;
+        let sg = self.sg();
+        // SAFETY: the client's callback on its own context (type
+        // invariants); `sg` is zeroed storage we own.
+        to_result(unsafe {
+            f(
+                self.addr,
+                self.size,
+                c_int::from(write),
+                1,
+                sg,
+                self.ctx,
+                core_context,
+            )
+        })
+    }
+
+    /// The page size of the memory.
+    pub(crate) fn page_size(&self) -> u64 {
+        match self.client.table().get_page_size {
+            // SAFETY: the client's callback on its own context.
+            Some(f) => u64::try_from(unsafe { f(self.ctx) }).unwrap_or(0),
+            None => kernel::page::PAGE_SIZE as u64,
+        }
+    }
+
+    /// Maps the pinned range for `dev`: its DMA segments (address, length).
+    pub(crate) fn dma_map(&mut self, dev: &pci::Device) -> Result<KVec<(u64, u64)>> {
+        if self.mapped.is_some() {
+            return Err(EBUSY);
+        }
+        let f = self.client.table().dma_map.ok_or(EINVAL)?;
+        let raw_dev = device_of(dev);
+        let sg = self.sg();
+        let mut nmap: c_int = 0;
+        // SAFETY: the client's callback on its own context and table; the
+        // device is valid (a reference is held by the caller).
+        to_result(unsafe { f(sg, self.ctx, raw_dev, 0, &mut nmap) })?;
+        self.mapped = Some(dev.into());
+        let n = usize::try_from(nmap).unwrap_or(0);
+        // SAFETY: the client mapped the table; it is not changed until
+        // `dma_unmap`, which needs `&mut self`.
+        let table = unsafe { SGTable::from_raw(sg) };
+        let mut out = KVec::new();
+        for e in table.iter().take(n) {
+            out.push((e.dma_address(), e.dma_len()), GFP_KERNEL)?;
+        }
+        Ok(out)
+    }
+
+    /// Undoes `dma_map` (nothing if not mapped).
+    pub(crate) fn dma_unmap(&mut self) {
+        let Some(dev) = self.mapped.take() else {
+            return;
+        };
+        if let Some(f) = self.client.table().dma_unmap {
+            let sg = self.sg();
+            // SAFETY: mapped for `dev` by `dma_map`.
+            unsafe { f(sg, self.ctx, device_of(&dev)) };
+        }
+    }
+
+    /// Unpins what `get_pages` pinned.
+    pub(crate) fn put_pages(&mut self) {
+        self.dma_unmap();
+        if let Some(f) = self.client.table().put_pages {
+            let sg = self.sg();
+            // SAFETY: the client's callback on its own context and table.
+            unsafe { f(sg, self.ctx) };
+        }
+    }
+}
+
+impl Drop for ForeignCtx {
+    fn drop(&mut self) {
+        self.dma_unmap();
+        if let Some(f) = self.client.table().release {
+            // SAFETY: the context's one release (type invariant).
+            unsafe { f(self.ctx) };
+        }
+    }
+}
+
+fn device_of(dev: &pci::Device) -> *mut bindings::device {
+    // SAFETY: `pci::Device` is `#[repr(transparent)]` over `struct pci_dev`,
+    // which embeds its `struct device`.
+    unsafe {
+        &raw mut (*core::ptr::from_ref(dev)
+            .cast_mut()
+            .cast::<bindings::pci_dev>())
+        .dev
+    }
+}
+
+/// A consumer's invalidation callback (`invalidate(priv)`).
+///
+/// # Invariants
+///
+/// The consumer module keeps `f` callable with `priv_` until it released
+/// the range (its `p2pdirect_peer_put()` call).
+pub(crate) struct Notify {
+    f: unsafe extern "C" fn(*mut c_void),
+    priv_: *mut c_void,
+}
+
+// SAFETY: the callback may be called from any thread (the header says so).
+unsafe impl Send for Notify {}
+// SAFETY: as above.
+unsafe impl Sync for Notify {}
+
+impl Notify {
+    /// Tells the consumer its memory goes away.
+    pub(crate) fn call(&self) {
+        // SAFETY: callable until the range is released (type invariant).
+        unsafe { (self.f)(self.priv_) }
+    }
+}
+
+/// What the kernel API's entry points call.
+pub(crate) trait KernelApi {
+    /// A registered client, as its module names it.
+    type Client: Send + Sync + 'static;
+    /// A consumer's range.
+    type Mem: Send + Sync + 'static;
+
+    fn register(client: Arc<ForeignClient>) -> Result<Arc<Self::Client>>;
+    /// Returns once the client's last context is gone.
+    fn unregister(client: Arc<Self::Client>);
+    fn invalidate(client: &Self::Client, core_context: u64) -> Result;
+
+    fn get(addr: u64, size: u64, write: bool, notify: Option<Notify>) -> Result<Arc<Self::Mem>>;
+    fn dma_map(mem: &Self::Mem, dev: &pci::Device) -> Result<KVec<(u64, u64)>>;
+    fn dma_unmap(mem: &Self::Mem);
+    fn page_size(mem: &Self::Mem) -> u64;
+    fn put(mem: Arc<Self::Mem>);
+}
+
+/// `p2pdirect_register_peer_memory_client()`.
+///
+/// # Safety
+///
+/// The C caller's promises of include/linux/p2pdirect.h: `table` valid until
+/// the unregister call; `invalidate` writable or NULL.
+pub(crate) unsafe fn register<T: KernelApi>(
+    table: *const c::p2pdirect_peer_memory_client,
+    invalidate: *mut c::p2pdirect_invalidate_peer_memory,
+    invalidate_fn: c::p2pdirect_invalidate_peer_memory,
+) -> *mut c_void {
+    let Some(table) = NonNull::new(table.cast_mut()) else {
+        pr_warn!("peer-memory client refused: no table\n");
+        return core::ptr::null_mut();
+    };
+    // SAFETY: valid (caller); the name is a fixed array.
+    let bytes = chars_as_bytes(unsafe { &table.as_ref().name[..] });
+    let Some(len) = bytes.iter().position(|&b| b == 0).filter(|&l| l > 0) else {
+        pr_warn!("peer-memory client refused: its name is empty or not NUL-terminated\n");
+        return core::ptr::null_mut();
+    };
+    let Some(name) = CStr::from_bytes_with_nul(&bytes[..=len])
+        .ok()
+        .and_then(|n| CString::try_from(n).ok())
+    else {
+        return core::ptr::null_mut();
+    };
+    let client = match Arc::new(ForeignClient { table, name }, GFP_KERNEL) {
+        Ok(c) => c,
+        Err(_) => return core::ptr::null_mut(),
+    };
+    match T::register(client) {
+        Ok(h) => {
+            if !invalidate.is_null() {
+                // SAFETY: writable (caller).
+                unsafe { *invalidate = invalidate_fn };
+            }
+            h.into_foreign().cast()
+        }
+        Err(_) => core::ptr::null_mut(),
+    }
+}
+
+fn chars_as_bytes(raw: &[kernel::ffi::c_char]) -> &[u8] {
+    // SAFETY: `c_char` and `u8` have the same size and alignment, and every
+    // bit pattern is valid for both.
+    unsafe { core::slice::from_raw_parts(raw.as_ptr().cast(), raw.len()) }
+}
+
+/// `p2pdirect_unregister_peer_memory_client()`.
+///
+/// # Safety
+///
+/// `handle` came from [`register`] and is unregistered once.
+pub(crate) unsafe fn unregister<T: KernelApi>(handle: *mut c_void) {
+    if handle.is_null() {
+        return;
+    }
+    // SAFETY: the reference `register` handed out (caller).
+    T::unregister(unsafe { <Arc<T::Client> as ForeignOwnable>::from_foreign(handle.cast()) });
+}
+
+/// The invalidation function handed to clients.
+///
+/// # Safety
+///
+/// `handle` came from [`register`] and is not yet unregistered.
+pub(crate) unsafe fn invalidate<T: KernelApi>(handle: *mut c_void, core_context: u64) -> c_int {
+    if handle.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: live until unregistered (caller).
+    let client = unsafe { <Arc<T::Client> as ForeignOwnable>::borrow(handle.cast()) };
+    match T::invalidate(&client, core_context) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// `p2pdirect_peer_get()`.
+///
+/// # Safety
+///
+/// `invalidate`, if not NULL, is callable with `priv_` until the range is
+/// put.
+pub(crate) unsafe fn get<T: KernelApi>(
+    addr: usize,
+    size: usize,
+    write: bool,
+    invalidate: Option<unsafe extern "C" fn(*mut c_void)>,
+    priv_: *mut c_void,
+) -> *mut c_void {
+    // INVARIANT: the caller's promise.
+    let notify = invalidate.map(|f| Notify { f, priv_ });
+    match T::get(addr as u64, size as u64, write, notify) {
+        Ok(m) => m.into_foreign().cast(),
+        Err(e) => e.to_ptr(),
+    }
+}
+
+/// Borrows a consumer's range.
+///
+/// # Safety
+///
+/// `mem` came from [`get`] and is not yet put.
+unsafe fn mem<'a, T: KernelApi>(mem: *mut c_void) -> ArcBorrow<'a, T::Mem> {
+    // SAFETY: the caller's promise.
+    unsafe { <Arc<T::Mem> as ForeignOwnable>::borrow(mem.cast()) }
+}
+
+/// `p2pdirect_peer_dma_map()`.
+///
+/// # Safety
+///
+/// `m` from [`get`], not yet put; `dev` a valid device; `segs` writable for
+/// `max` entries.
+pub(crate) unsafe fn dma_map<T: KernelApi>(
+    m: *mut c_void,
+    dev: *mut bindings::device,
+    segs: *mut c::p2pdirect_peer_seg,
+    max: u32,
+) -> c_int {
+    // SAFETY: the caller's promises.
+    let (m, pdev) = unsafe { (mem::<T>(m), pci_of(dev)) };
+    let Some(pdev) = pdev else {
+        return ENODEV.to_errno();
+    };
+    let list = match T::dma_map(&m, &pdev) {
+        Ok(l) => l,
+        Err(e) => return e.to_errno(),
+    };
+    if list.len() > max as usize {
+        T::dma_unmap(&m);
+        return E2BIG.to_errno();
+    }
+    for (i, (addr, len)) in list.iter().enumerate() {
+        // SAFETY: `i < max`, writable (caller).
+        unsafe {
+            segs.add(i).write(c::p2pdirect_peer_seg {
+                addr: *addr,
+                len: *len,
+            })
+        };
+    }
+    c_int::try_from(list.len()).unwrap_or(c_int::MAX)
+}
+
+/// The PCI function `dev` is, with a reference.
+///
+/// # Safety
+///
+/// `dev` is NULL or a valid device.
+unsafe fn pci_of(dev: *mut bindings::device) -> Option<ARef<pci::Device>> {
+    if dev.is_null() {
+        return None;
+    }
+    // SAFETY: valid (caller); `pci_bus_type` is the PCI core's static.
+    if !unsafe { core::ptr::eq((*dev).bus, &raw const bindings::pci_bus_type) } {
+        return None;
+    }
+    // SAFETY: a device on the PCI bus is embedded in a `struct pci_dev`
+    // (`to_pci_dev()`), which `pci::Device` is transparent over.
+    let pdev = unsafe {
+        &*dev
+            .byte_sub(core::mem::offset_of!(bindings::pci_dev, dev))
+            .cast::<pci::Device>()
+    };
+    Some(pdev.into())
+}
+
+/// `p2pdirect_peer_dma_unmap()`.
+///
+/// # Safety
+///
+/// `m` from [`get`], not yet put.
+pub(crate) unsafe fn dma_unmap<T: KernelApi>(m: *mut c_void) {
+    // SAFETY: the caller's promise.
+    let m = unsafe { mem::<T>(m) };
+    T::dma_unmap(&m);
+}
+
+/// `p2pdirect_peer_page_size()`.
+///
+/// # Safety
+///
+/// `m` from [`get`], not yet put.
+pub(crate) unsafe fn page_size<T: KernelApi>(m: *mut c_void) -> kernel::ffi::c_ulong {
+    // SAFETY: the caller's promise.
+    let m = unsafe { mem::<T>(m) };
+    let size = T::page_size(&m);
+    kernel::ffi::c_ulong::try_from(size).unwrap_or(0)
+}
+
+/// `p2pdirect_peer_put()`.
+///
+/// # Safety
+///
+/// `m` from [`get`], put once.
+pub(crate) unsafe fn put<T: KernelApi>(m: *mut c_void) {
+    if m.is_null() {
+        return;
+    }
+    // SAFETY: the reference `get` handed out (caller).
+    T::put(unsafe { <Arc<T::Mem> as ForeignOwnable>::from_foreign(m.cast()) });
+}
+
+/// Defines the GPL entry points of include/linux/p2pdirect.h for `$t`, a
+/// [`KernelApi`] (their `EXPORT_SYMBOL_GPL` lines are in the C shim). The
+/// bodies only forward to this file's functions, whose safety rests on the
+/// header's contract with the calling module.
+macro_rules! kernel_api {
+    ($t:ty) => {
+        const _: () = {
+            use kernel::{bindings, ffi::c_void};
+            use $crate::sys::{c, peer_client as api};
+
+            /// The kernel API entry point of this name.
+            ///
+            /// # Safety
+            ///
+            /// The contract include/linux/p2pdirect.h states for the caller.
+            #[no_mangle]
+            unsafe extern "C" fn p2pdirect_register_peer_memory_client(
+                table: *const c::p2pdirect_peer_memory_client,
+                invalidate: *mut c::p2pdirect_invalidate_peer_memory,
+            ) -> *mut c_void {
+                // SAFETY: the header's contract with the caller.
+                unsafe { api::register::<$t>(table, invalidate, Some(invalidate_peer_memory)) }
+            }
+
+            /// The kernel API entry point of this name.
+            ///
+            /// # Safety
+            ///
+            /// The contract include/linux/p2pdirect.h states for the caller.
+            #[no_mangle]
+            unsafe extern "C" fn p2pdirect_unregister_peer_memory_client(handle: *mut c_void) {
+                // SAFETY: as above.
+                unsafe { api::unregister::<$t>(handle) }
+            }
+
+            /// The kernel API entry point of this name.
+            ///
+            /// # Safety
+            ///
+            /// The contract include/linux/p2pdirect.h states for the caller.
+            unsafe extern "C" fn invalidate_peer_memory(
+                handle: *mut c_void,
+                core_context: u64,
+            ) -> kernel::ffi::c_int {
+                // SAFETY: as above.
+                unsafe { api::invalidate::<$t>(handle, core_context) }
+            }
+
+            /// The kernel API entry point of this name.
+            ///
+            /// # Safety
+            ///
+            /// The contract include/linux/p2pdirect.h states for the caller.
+            #[no_mangle]
+            unsafe extern "C" fn p2pdirect_peer_get(
+                addr: usize,
+                size: usize,
+                write: bool,
+                invalidate: Option<unsafe extern "C" fn(*mut c_void)>,
+                priv_: *mut c_void,
+            ) -> *mut c_void {
+                // SAFETY: as above.
+                unsafe { api::get::<$t>(addr, size, write, invalidate, priv_) }
+            }
+
+            /// The kernel API entry point of this name.
+            ///
+            /// # Safety
+            ///
+            /// The contract include/linux/p2pdirect.h states for the caller.
+            #[no_mangle]
+            unsafe extern "C" fn p2pdirect_peer_dma_map(
+                mem: *mut c_void,
+                dev: *mut bindings::device,
+                segs: *mut c::p2pdirect_peer_seg,
+                max: u32,
+            ) -> kernel::ffi::c_int {
+                // SAFETY: as above.
+                unsafe { api::dma_map::<$t>(mem, dev, segs, max) }
+            }
+
+            /// The kernel API entry point of this name.
+            ///
+            /// # Safety
+            ///
+            /// The contract include/linux/p2pdirect.h states for the caller.
+            #[no_mangle]
+            unsafe extern "C" fn p2pdirect_peer_dma_unmap(mem: *mut c_void) {
+                // SAFETY: as above.
+                unsafe { api::dma_unmap::<$t>(mem) }
+            }
+
+            /// The kernel API entry point of this name.
+            ///
+            /// # Safety
+            ///
+            /// The contract include/linux/p2pdirect.h states for the caller.
+            #[no_mangle]
+            unsafe extern "C" fn p2pdirect_peer_page_size(
+                mem: *mut c_void,
+            ) -> kernel::ffi::c_ulong {
+                // SAFETY: as above.
+                unsafe { api::page_size::<$t>(mem) }
+            }
+
+            /// The kernel API entry point of this name.
+            ///
+            /// # Safety
+            ///
+            /// The contract include/linux/p2pdirect.h states for the caller.
+            #[no_mangle]
+            unsafe extern "C" fn p2pdirect_peer_put(mem: *mut c_void) {
+                // SAFETY: as above.
+                unsafe { api::put::<$t>(mem) }
+            }
+        };
+    };
+}
+pub(crate) use kernel_api;

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The kernel API of include/linux/p2pdirect.h (kselftest harness, TAP on
+ * stdout), driven through two test modules: p2pd_importer.ko's
+ * p2pd_importer/peer file is a consumer (an RDMA driver taking a user range
+ * for a PCI function: the NVMe controller behind the GPUs' switch stands in
+ * for the NIC), p2pd_client.ko a client of its own memory (another GPU
+ * driver), mapped through p2pd_client/mem.
+ *
+ * What is checked: a consumer gets the allocation's bus addresses (in the
+ * GPU's BAR window), is refused for an unreachable device or for RAM, is
+ * told on FREE and sees later maps fail; the memory returns to the provider
+ * once it is told; an outside client's memory is claimed by that client
+ * (DMA_PROBE says so), serves DMA mappings but not REGISTER or READ, and
+ * its invalidation reaches the consumer; unloading the client invalidates
+ * what consumers keep.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <linux/p2pdirect.h>
+
+#include "kselftest_harness.h"
+#include "nvme_util.h"
+
+#define DEV_PATH "/dev/p2pdirect"
+#define PEER_PATH "/sys/kernel/debug/p2pd_importer/peer"
+#define CLIENT_MEM "/sys/kernel/debug/p2pd_client/mem"
+#define CLIENT_CTL "/sys/kernel/debug/p2pd_client/ctl"
+#define MiB (1ull << 20)
+#define PAGE 4096ull
+
+struct peer_state {
+	int attached, mapped, segs;
+	unsigned int invalidations;
+	unsigned long long addr[16], len[16], pagesize;
+};
+
+static int cmd(int fd, const char *fmt, ...)
+{
+	char buf[128];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	return write(fd, buf, n) == n ? 0 : -errno;
+}
+
+static int peer_state(int fd, struct peer_state *st)
+{
+	char buf[2048], *line;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	int i = 0;
+
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	memset(st, 0, sizeof(*st));
+	if (sscanf(buf, "attached %d mapped %d invalidations %u segs %d", &st->attached,
+		   &st->mapped, &st->invalidations, &st->segs) != 4)
+		return -EPROTO;
+	for (line = strchr(buf, '\n'); line; line = strchr(line + 1, '\n')) {
+		if (i < 16 && sscanf(line + 1, "seg %llx %llx", &st->addr[i], &st->len[i]) == 2)
+			i++;
+		else if (sscanf(line + 1, "pagesize %llu", &st->pagesize) != 1)
+			continue;
+	}
+	return i == st->segs ? 0 : -EPROTO;
+}
+
+static __u64 used_bytes(int fd, __u32 index)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+
+	if (ioctl(fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req))
+		return ~0ull;
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].index == index)
+			return p[i].bytes_used;
+	return ~0ull;
+}
+
+FIXTURE(ka) {
+	int fd, peer, ns_fd;
+	struct p2pdirect_provider_info gpu;
+	char sw[32], rp[32];
+};
+
+FIXTURE_SETUP(ka)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	char ns[64], dir[PATH_MAX];
+	int found = 0;
+
+	self->fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->fd, 0);
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8 && !found; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_BAR) {
+			self->gpu = p[i];
+			found = 1;
+		}
+	ASSERT_TRUE(found);
+	ASSERT_TRUE(find_nvme("p2pnvme-sw", ns, sizeof(ns), dir));
+	snprintf(self->sw, sizeof(self->sw), "%s", strrchr(dir, '/') + 1);
+	self->ns_fd = open(ns, O_RDONLY | O_CLOEXEC);
+	ASSERT_GE(self->ns_fd, 0);
+	ASSERT_TRUE(find_nvme("p2pnvme-rp", ns, sizeof(ns), dir));
+	snprintf(self->rp, sizeof(self->rp), "%s", strrchr(dir, '/') + 1);
+	self->peer = open(PEER_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->peer, 0) TH_LOG("open %s: %s", PEER_PATH, strerror(errno));
+}
+
+FIXTURE_TEARDOWN(ka)
+{
+	close(self->peer);
+	close(self->ns_fd);
+	close(self->fd);
+}
+
+static void *alloc_map(struct __test_metadata *_metadata, int fd, __u32 provider, __u64 size,
+		       struct p2pdirect_alloc *a)
+{
+	void *p;
+
+	memset(a, 0, sizeof(*a));
+	a->provider = provider;
+	a->size = size;
+	EXPECT_EQ(0, ioctl(fd, P2PDIRECT_IOC_ALLOC, a));
+	record_alloc_zero(fd, a);
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, a->mmap_offset);
+	EXPECT_NE(MAP_FAILED, p);
+	return p;
+}
+
+/* A consumer of p2pdirect's memory gets its bus addresses. */
+TEST_F(ka, consumer_gets_bus_addresses)
+{
+	struct p2pdirect_alloc a;
+	struct peer_state st;
+	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
+	void *ram;
+
+	ASSERT_EQ(0, cmd(self->peer, "acquire %lx %llx %s write", (unsigned long)(p + 64 * 1024),
+			 128 * 1024ull, self->sw));
+	ASSERT_EQ(0, peer_state(self->peer, &st));
+	EXPECT_EQ(1, st.attached);
+	EXPECT_EQ(1, st.mapped);
+	ASSERT_GE(st.segs, 1);
+	EXPECT_EQ(a.bus_addr + 64 * 1024, st.addr[0]);
+	EXPECT_EQ(PAGE, st.pagesize);
+	printf("# PEERAPI bus=%#llx seg=%#llx+%#llx\n", (unsigned long long)a.bus_addr, st.addr[0],
+	       st.len[0]);
+	EXPECT_EQ(-EBUSY, cmd(self->peer, "map"));
+	EXPECT_EQ(0, cmd(self->peer, "unmap"));
+	EXPECT_EQ(0, cmd(self->peer, "map"));
+	EXPECT_EQ(0, cmd(self->peer, "release"));
+	/* The controller on a root port cannot reach the GPU; RAM is no client's. */
+	EXPECT_EQ(-EREMOTEIO, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, PAGE,
+				  self->rp));
+	ram = aligned_alloc(PAGE, PAGE);
+	ASSERT_NE(NULL, ram);
+	memset(ram, 1, PAGE);
+	EXPECT_EQ(-ENXIO, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)ram, PAGE,
+			      self->sw));
+	free(ram);
+	EXPECT_EQ(-EINVAL, cmd(self->peer, "acquire %lx 0 %s", (unsigned long)p, self->sw));
+	ASSERT_EQ(0, peer_state(self->peer, &st));
+	EXPECT_EQ(0, st.attached);
+	munmap(p, MiB);
+}
+
+/* FREE tells the consumer, and the memory goes back at once. */
+TEST_F(ka, free_invalidates_the_consumer)
+{
+	__u64 before = used_bytes(self->fd, self->gpu.index);
+	struct p2pdirect_free f;
+	struct p2pdirect_alloc a;
+	struct peer_state st;
+	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
+
+	ASSERT_EQ(0, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, MiB, self->sw));
+	munmap(p, MiB);
+	f.handle = a.handle;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &f));
+	ASSERT_EQ(0, peer_state(self->peer, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(0ull, st.pagesize);
+	EXPECT_EQ(-ESTALE, cmd(self->peer, "map"));
+	EXPECT_EQ(before, used_bytes(self->fd, self->gpu.index));
+	EXPECT_EQ(0, cmd(self->peer, "release"));
+}
+
+/* Another module's client: its memory, its DMA mappings, its invalidation. */
+TEST_F(ka, outside_client)
+{
+	struct p2pdirect_dma_seg segs[8];
+	struct p2pdirect_dma_probe pr = { 0 };
+	struct p2pdirect_register rg = { 0 };
+	struct p2pdirect_io io = { 0 };
+	struct peer_state st;
+	unsigned int claims, inval;
+	char buf[64] = { 0 };
+	int mem, ctl, n;
+	void *p;
+
+	mem = open(CLIENT_MEM, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(mem, 0) TH_LOG("open %s: %s (p2pd_client.ko loaded?)", CLIENT_MEM,
+				 strerror(errno));
+	p = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	pr.addr = (uintptr_t)p;
+	pr.size = 4 * PAGE;
+	pr.fd = self->ns_fd;
+	pr.segs = (uintptr_t)segs;
+	pr.capacity = 8;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &pr)) TH_LOG("%s", strerror(errno));
+	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_EXTERNAL, pr.client);
+	EXPECT_EQ(PAGE, pr.page_size);
+	EXPECT_GE(pr.count, 1u);
+	/* Not P2PDMA pages: no registration, no block I/O. */
+	rg.addr = (uintptr_t)p;
+	rg.size = PAGE;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &rg));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+	io.fd = self->ns_fd;
+	io.addr = (uintptr_t)p;
+	io.size = PAGE;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_READ, &io));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+	/* A consumer maps it; the client's invalidation reaches it. */
+	ASSERT_EQ(0, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, 2 * PAGE, self->sw));
+	ASSERT_EQ(0, peer_state(self->peer, &st));
+	EXPECT_EQ(1, st.mapped);
+	EXPECT_GE(st.segs, 1);
+	ctl = open(CLIENT_CTL, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(ctl, 0);
+	ASSERT_EQ(0, cmd(ctl, "invalidate"));
+	ASSERT_GT(read(ctl, buf, sizeof(buf) - 1), 0);
+	n = sscanf(buf, "claims %u invalidated %u", &claims, &inval);
+	ASSERT_EQ(2, n);
+	EXPECT_GE(inval, 1u);
+	ASSERT_EQ(0, peer_state(self->peer, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(-ESTALE, cmd(self->peer, "map"));
+	EXPECT_EQ(0, cmd(self->peer, "release"));
+	close(ctl);
+	munmap(p, 4 * PAGE);
+	close(mem);
+}
+
+/* Unloading the client invalidates what consumers keep; it loads again. */
+TEST_F(ka, client_unload_invalidates)
+{
+	struct peer_state st;
+	int mem;
+	void *p;
+
+	mem = open(CLIENT_MEM, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(mem, 0);
+	p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	close(mem);
+	ASSERT_EQ(0, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, PAGE, self->sw));
+	/* The mapping holds the module's debugfs file, not the module. */
+	munmap(p, PAGE);
+	ASSERT_EQ(0, system("rmmod p2pd_client"));
+	ASSERT_EQ(0, peer_state(self->peer, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(0, cmd(self->peer, "release"));
+	ASSERT_EQ(0, system("insmod /p2pd_client.ko"));
+}
+
+TEST_HARNESS_MAIN

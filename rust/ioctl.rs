@@ -317,14 +317,16 @@ fn dma_probe(arg: usize) -> Result<isize> {
             GFP_KERNEL,
         )?;
     }
-    copy_slice_to_user(req.segs as usize, &out)?;
     req.count = u32::try_from(segs.len()).map_err(|_| EOVERFLOW)?;
     req.page_size = u32::try_from(claim.page_size()).map_err(|_| EOVERFLOW)?;
     req.client = claim.client_id;
     req.dma_pci_addr = dev.pci().map_or(0, |p| p.addr());
+    // Released before the copies out, which may fault for long: a client's
+    // invalidation or unregistering waits for the claim to go.
     drop(claim);
     // The probe's pin may have been the last on memory freed meanwhile.
     crate::devmem::reap();
+    copy_slice_to_user(req.segs as usize, &out)?;
     copy_to_user(arg, &req)?;
     Ok(0)
 }

@@ -13,15 +13,17 @@
 //! Unregistering a client refuses it new claims, invalidates those consumers
 //! keep, and sleeps until its last context went (transient ones: DMA_PROBE).
 //!
-//! Lock order (see `error.rs`): `KernelMem::claim` like `RegEntry::claim`;
-//! the subscription list and a client's state are leaves. Invalidation
-//! calls consumers with neither held.
+//! Lock order (see `error.rs`): `KernelMem::claim` like `RegEntry::claim`
+//! (the client's callbacks for a claim run under it, one at a time), then
+//! `KernelMem::st`; a client's state is a leaf. Consumers are told with no
+//! lock of p2pdirect's held.
 
 use crate::{
     devmem::{AllocState, Consumer},
-    error::estale,
+    error::{estale, refuse},
     ffi::{DmaDevice, DmaSeg},
-    peer_mem::{self, Claim, Client, Context, UserRange},
+    peer_mem::{self, Claim, Client, Context, ExternalClaims, UserRange},
+    stats::Pinned,
     sys::{
         peer_client::{ForeignClient, ForeignCtx, KernelApi, Notify},
         uapi,
@@ -38,32 +40,12 @@ use kernel::{
 
 crate::sys::peer_client::kernel_api!(crate::peer_api::Api);
 
-crate::sys::global::global_mutex! {
-    static SUBS: KVec<Sub> = KVec::new();
-    /// The subscription list's global.
-    pub(crate) struct SubsGlobal;
-    /// Consumers keeping claims of other modules' clients (a leaf lock).
-    fn subs;
-}
-
-/// A consumer keeping a claim of client `client` (its shared state's
-/// address) named `core_id`.
-struct Sub {
-    client: usize,
-    core_id: u64,
-    consumer: Arc<dyn Consumer>,
-}
-
-/// The kernel API's globals, set up after the registry's.
-pub(crate) struct Globals {
-    _subs: SubsGlobal,
-}
+/// The kernel API's globals (none left: each client keeps its own state).
+pub(crate) struct Globals;
 
 impl Globals {
     pub(crate) fn init() -> Result<Self> {
-        Ok(Self {
-            _subs: SubsGlobal::init()?,
-        })
+        Ok(Self)
     }
 }
 
@@ -78,6 +60,11 @@ struct ExtState {
     live: u64,
     /// Unregistering: no new claim.
     dead: bool,
+    /// Claims handed to the client's `get_pages` and not yet released, by
+    /// `core_context`.
+    pinned: KVec<u64>,
+    /// Consumers keeping claims, by `core_context`.
+    subs: KVec<(u64, Arc<dyn Consumer>)>,
 }
 
 /// What a client and its contexts share.
@@ -85,9 +72,45 @@ struct ExtState {
 struct ExtShared {
     #[pin]
     state: Mutex<ExtState>,
-    /// Notified when `live` drops to 0.
+    /// Notified when a context goes or a consumer subscribes.
     #[pin]
-    idle: CondVar,
+    changed: CondVar,
+}
+
+impl ExtShared {
+    /// Invalidates claim `core_id`: tells the consumer keeping it (which
+    /// lets it go), or waits for a claim nobody keeps (a transient one, or
+    /// one whose consumer subscribes next) to go. Returns once it went.
+    fn invalidate(&self, core_id: u64) {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(i) = st.subs.iter().position(|(id, _)| *id == core_id) {
+                let sub = st.subs.remove(i);
+                drop(st);
+                if let Ok((_, consumer)) = sub {
+                    consumer.invalidate();
+                }
+                st = self.state.lock();
+                continue;
+            }
+            if !st.pinned.contains(&core_id) {
+                return;
+            }
+            self.changed.wait(&mut st);
+        }
+    }
+
+    /// Keeps `consumer` told of claim `core_id`.
+    fn subscribe(&self, core_id: u64, consumer: Arc<dyn Consumer>) -> Result {
+        let mut st = self.state.lock();
+        st.subs.push((core_id, consumer), GFP_KERNEL)?;
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn unsubscribe(&self, core_id: u64) {
+        self.state.lock().subs.retain(|(id, _)| *id != core_id);
+    }
 }
 
 /// A client another module registered.
@@ -96,20 +119,10 @@ pub(crate) struct External {
     shared: Arc<ExtShared>,
 }
 
-impl External {
-    fn key(&self) -> usize {
-        key(&self.shared)
-    }
-}
-
-/// Names a client in the subscription list (its shared state's address).
-fn key(shared: &Arc<ExtShared>) -> usize {
-    core::ptr::from_ref::<ExtShared>(shared) as usize
-}
-
 impl Client for External {
     fn name(&self) -> &str {
-        self.foreign.name().to_str().unwrap_or("(unnamed)")
+        // `register` refused names that are not UTF-8.
+        self.foreign.name().to_str().unwrap_or("")
     }
 
     fn id(&self) -> u32 {
@@ -147,9 +160,7 @@ impl Drop for Gone {
     fn drop(&mut self) {
         let mut st = self.0.state.lock();
         st.live -= 1;
-        if st.live == 0 {
-            self.0.idle.notify_all();
-        }
+        self.0.changed.notify_all();
     }
 }
 
@@ -170,12 +181,18 @@ impl ExternalCtx {
 impl Drop for ExternalCtx {
     fn drop(&mut self) {
         drop(self.fc.take());
+        let shared = &self._gone.0;
+        let mut st = shared.state.lock();
+        st.pinned.retain(|id| *id != self.core_id);
+        shared.changed.notify_all();
     }
 }
 
 impl Context for ExternalCtx {
     fn get_pages(&mut self, write: bool) -> Result {
         let id = self.core_id;
+        // Known before the client is: its invalidation may come at once.
+        self._gone.0.state.lock().pinned.push(id, GFP_KERNEL)?;
         self.fc()?.get_pages(write, id)
     }
 
@@ -209,9 +226,30 @@ impl Context for ExternalCtx {
         None
     }
 
-    fn external(&self) -> Option<(usize, u64)> {
-        Some((key(&self._gone.0), self.core_id))
+    fn external(&self) -> Option<(Arc<dyn ExternalClaims>, u64)> {
+        Some((self._gone.0.clone(), self.core_id))
     }
+
+    fn has_pages(&self) -> bool {
+        false
+    }
+}
+
+impl ExternalClaims for ExtShared {
+    fn subscribe(&self, core_id: u64, consumer: Arc<dyn Consumer>) -> Result {
+        ExtShared::subscribe(self, core_id, consumer)
+    }
+
+    fn unsubscribe(&self, core_id: u64) {
+        ExtShared::unsubscribe(self, core_id)
+    }
+}
+
+struct MemState {
+    /// The consumer put the range: never tell it again.
+    released: bool,
+    /// An invalidation is telling the consumer or dropping the claim.
+    busy: bool,
 }
 
 /// A range a consumer of another module took.
@@ -221,15 +259,18 @@ pub(crate) struct KernelMem {
     notify: Option<Notify>,
     /// p2pdirect's own memory: the allocation it is subscribed to.
     state: Option<Arc<AllocState>>,
-    /// A client of another module: the client and the claim's id.
-    external: Option<(usize, u64)>,
-    /// The claim, until invalidated or put.
+    /// A client of another module: its claims and this claim's id.
+    external: Option<(Arc<dyn ExternalClaims>, u64)>,
+    /// The claim and its share of the provider's pinned bytes, until
+    /// invalidated or put. Held across the client's callbacks for it (one
+    /// at a time), never across the consumer's.
     #[pin]
-    claim: Mutex<Option<Claim>>,
-    /// Held while the consumer is told; `true` once it put the range, after
-    /// which it is never told (the header's promise).
+    claim: Mutex<Option<(Claim, Option<Pinned>)>>,
     #[pin]
-    released: Mutex<bool>,
+    st: Mutex<MemState>,
+    /// Notified when an invalidation is done.
+    #[pin]
+    done: CondVar,
 }
 
 impl Consumer for KernelMem {
@@ -238,16 +279,27 @@ impl Consumer for KernelMem {
     }
 
     fn invalidate(&self) {
-        let claim = self.claim.lock().take();
-        if claim.is_some() {
-            // The consumer stops its DMA first; the claim then unmaps and
-            // unpins.
-            let released = self.released.lock();
-            if let (false, Some(n)) = (*released, &self.notify) {
-                n.call();
-            }
+        let (claim, tell) = {
+            let mut guard = self.claim.lock();
+            let Some(claim) = guard.take() else {
+                return;
+            };
+            // Under the claim's lock: a `put` that then finds no claim
+            // waits for this invalidation to end.
+            let mut st = self.st.lock();
+            st.busy = true;
+            (claim, !st.released)
+        };
+        // The consumer stops its DMA first; the claim then unmaps and
+        // unpins. No lock of p2pdirect's is held meanwhile.
+        if let (true, Some(n)) = (tell, &self.notify) {
+            n.call();
         }
         drop(claim);
+        crate::devmem::reap();
+        let mut st = self.st.lock();
+        st.busy = false;
+        self.done.notify_all();
     }
 }
 
@@ -261,43 +313,53 @@ impl KernelApi for Api {
     fn register(foreign: Arc<ForeignClient>) -> Result<Arc<External>> {
         let shared = Arc::pin_init(
             pin_init!(ExtShared {
-                state <- new_mutex!(ExtState { live: 0, dead: false }),
-                idle <- new_condvar!(),
+                state <- new_mutex!(ExtState {
+                    live: 0,
+                    dead: false,
+                    pinned: KVec::new(),
+                    subs: KVec::new(),
+                }),
+                changed <- new_condvar!(),
             }),
             GFP_KERNEL,
         )?;
         let ext = Arc::new(External { foreign, shared }, GFP_KERNEL)?;
-        peer_mem::clients().register(ext.clone()).inspect_err(|_| {
-            pr_warn!(
-                "peer-memory client {} refused: the name is in use\n",
-                ext.name()
-            )
+        if ext.foreign.name().to_str().is_err() {
+            refuse!(
+                EINVAL,
+                "peer-memory client refused: its name is not UTF-8\n"
+            );
+        }
+        peer_mem::clients().register(ext.clone()).inspect_err(|e| {
+            if *e == EEXIST {
+                pr_warn!(
+                    "peer-memory client {} refused: the name is in use\n",
+                    ext.name()
+                );
+            }
         })?;
         pr_info!("peer-memory client {} registered\n", ext.name());
         Ok(ext)
     }
 
     fn unregister(ext: Arc<External>) {
-        ext.shared.state.lock().dead = true;
-        // Claims consumers keep: invalidated as if the client asked, one at
-        // a time, with the list unlocked while each consumer is told.
-        let key = ext.key();
+        let shared = &ext.shared;
+        let mut st = shared.state.lock();
+        st.dead = true;
+        // Claims consumers keep are invalidated as if the client asked (also
+        // one subscribed while this waits); transient ones (DMA_PROBE) end
+        // by themselves.
         loop {
-            let sub = {
-                let mut subs = subs();
-                let Some(i) = subs.iter().position(|s| s.client == key) else {
-                    break;
-                };
-                subs.remove(i)
-            };
-            if let Ok(s) = sub {
-                s.consumer.invalidate();
+            if let Some((_, consumer)) = st.subs.pop() {
+                drop(st);
+                consumer.invalidate();
+                st = shared.state.lock();
+                continue;
             }
-        }
-        // Transient claims (DMA_PROBE) end by themselves.
-        let mut st = ext.shared.state.lock();
-        while st.live != 0 {
-            ext.shared.idle.wait(&mut st);
+            if st.live == 0 {
+                break;
+            }
+            shared.changed.wait(&mut st);
         }
         drop(st);
         if peer_mem::clients().unregister(ext.name()).is_err() {
@@ -307,57 +369,69 @@ impl KernelApi for Api {
     }
 
     fn invalidate(ext: &External, core_id: u64) -> Result {
-        let key = ext.key();
-        let sub = {
-            let mut subs = subs();
-            let i = subs
-                .iter()
-                .position(|s| s.client == key && s.core_id == core_id)
-                .ok_or(ENOENT)?;
-            subs.remove(i).map_err(|_| ENOENT)?
-        };
-        sub.consumer.invalidate();
+        ext.shared.invalidate(core_id);
         Ok(())
     }
 
     fn get(addr: u64, size: u64, write: bool, notify: Option<Notify>) -> Result<Arc<KernelMem>> {
+        if kernel::current!().mm().is_none() {
+            return Err(EFAULT);
+        }
         let range = UserRange::new(addr, size)?;
         let mut claim = peer_mem::acquire(range)?;
         claim.get_pages(write)?;
         let state = claim.devmem_state();
         let subscribed = state.clone();
         let external = claim.external();
+        let ext = external.clone();
+        // Counted in the provider's pinned bytes like a registration.
+        let pinned = match external {
+            None => claim
+                .pages()
+                .ok()
+                .map(|p| Pinned::new(p.provider(), range.pinned_bytes())),
+            Some(_) => None,
+        };
         let mem = Arc::pin_init(
             pin_init!(KernelMem {
                 id: NEXT_MEM_ID.fetch_add(1, Relaxed),
                 notify,
                 state,
                 external,
-                claim <- new_mutex!(Some(claim)),
-                released <- new_mutex!(false),
+                claim <- new_mutex!(Some((claim, pinned))),
+                st <- new_mutex!(MemState {
+                    released: false,
+                    busy: false,
+                }),
+                done <- new_condvar!(),
             }),
             GFP_KERNEL,
-        )?;
-        if let Some(st) = &subscribed {
-            st.subscribe(mem.clone())
-                .map_err(|e| if e == EFAULT { estale() } else { e })?;
-        }
-        if let Some((client, core_id)) = external {
-            subs().push(
-                Sub {
-                    client,
-                    core_id,
-                    consumer: mem.clone(),
-                },
-                GFP_KERNEL,
-            )?;
+        );
+        let mem = match mem {
+            Ok(m) => m,
+            Err(e) => {
+                crate::devmem::reap();
+                return Err(e);
+            }
+        };
+        let subscribed = match (&subscribed, &ext) {
+            (Some(st), _) => {
+                st.subscribe(mem.clone())
+                    .map_err(|e| if e == EFAULT { estale() } else { e })
+            }
+            (None, Some((claims, core_id))) => claims.subscribe(*core_id, mem.clone()),
+            (None, None) => Ok(()),
+        };
+        if let Err(e) = subscribed {
+            Self::put(mem);
+            return Err(e);
         }
         Ok(mem)
     }
 
     fn dma_map(mem: &KernelMem, dev: &pci::Device) -> Result<KVec<(u64, u64)>> {
         let mut guard = mem.claim.lock();
-        let claim = Option::as_mut(&mut *guard).ok_or_else(estale)?;
+        let (claim, _) = Option::as_mut(&mut *guard).ok_or_else(estale)?;
         if claim.is_mapped() {
             return Err(EBUSY);
         }
@@ -370,24 +444,32 @@ impl KernelApi for Api {
     }
 
     fn dma_unmap(mem: &KernelMem) {
-        if let Some(c) = Option::as_mut(&mut *mem.claim.lock()) {
+        if let Some((c, _)) = Option::as_mut(&mut *mem.claim.lock()) {
             c.dma_unmap();
         }
     }
 
     fn page_size(mem: &KernelMem) -> u64 {
-        mem.claim.lock().as_ref().map_or(0, |c| c.page_size())
+        mem.claim.lock().as_ref().map_or(0, |(c, _)| c.page_size())
     }
 
     fn put(mem: Arc<KernelMem>) {
-        // Waits for a notification under way: none runs after this.
-        *mem.released.lock() = true;
+        mem.st.lock().released = true;
         if let Some(st) = &mem.state {
             st.unsubscribe(mem.id);
         }
-        if mem.external.is_some() {
-            subs().retain(|s| s.consumer.consumer_id() != mem.id);
+        if let Some((claims, core_id)) = &mem.external {
+            claims.unsubscribe(*core_id);
         }
-        drop(mem.claim.lock().take());
+        // Taking the claim waits for an invalidation that took it first to
+        // mark itself busy; then wait for it to end.
+        let claim = mem.claim.lock().take();
+        let mut st = mem.st.lock();
+        while st.busy {
+            mem.done.wait(&mut st);
+        }
+        drop(st);
+        drop(claim);
+        crate::devmem::reap();
     }
 }

@@ -84,11 +84,23 @@ pub(crate) trait Context: Send {
     fn devmem_state(&self) -> Option<Arc<crate::devmem::AllocState>> {
         None
     }
-    /// For a client of another module: which client (its key) and the id
-    /// its invalidation names the claim by (see `peer_api`).
-    fn external(&self) -> Option<(usize, u64)> {
+    /// For a client of another module: where its invalidation of this
+    /// claim is heard, and the id it names the claim by (see `peer_api`).
+    fn external(&self) -> Option<(Arc<dyn ExternalClaims>, u64)> {
         None
     }
+    /// Whether the memory has pages for block I/O and registrations (a
+    /// client of another module's does not).
+    fn has_pages(&self) -> bool {
+        true
+    }
+}
+
+/// The claims of a client of another module, which it may invalidate.
+pub(crate) trait ExternalClaims: Send + Sync {
+    /// Tells `consumer` when claim `core_id` is invalidated.
+    fn subscribe(&self, core_id: u64, consumer: Arc<dyn Consumer>) -> Result;
+    fn unsubscribe(&self, core_id: u64);
 }
 
 /// A peer-memory client.
@@ -148,19 +160,26 @@ impl Claim {
         if !self.pinned {
             return Err(EINVAL);
         }
-        match self.ctx.pages() {
-            Some(p) => Ok(p),
-            None => crate::error::refuse!(
+        self.check_io()?;
+        self.ctx.pages().ok_or(EINVAL)
+    }
+
+    pub(crate) fn external(&self) -> Option<(Arc<dyn ExternalClaims>, u64)> {
+        self.ctx.external()
+    }
+
+    /// `EOPNOTSUPP` (with the reason) for memory without pages for block
+    /// I/O and registrations: checked before pinning.
+    pub(crate) fn check_io(&self) -> Result {
+        if !self.ctx.has_pages() {
+            crate::error::refuse!(
                 crate::error::eopnotsupp(),
                 "memory of peer-memory client {} serves DMA mappings only, not block I/O \
                  or registrations\n",
                 self.client.name()
-            ),
+            );
         }
-    }
-
-    pub(crate) fn external(&self) -> Option<(usize, u64)> {
-        self.ctx.external()
+        Ok(())
     }
 
     pub(crate) fn is_mapped(&self) -> bool {

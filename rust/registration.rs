@@ -164,6 +164,7 @@ pub(crate) fn register(
         );
     }
     let mut claim = peer_mem::acquire(range)?;
+    claim.check_io()?;
     claim.get_pages(write)?;
     let (client, state) = (claim.client_id, claim.devmem_state());
     let pinned = Pinned::new(claim.pages()?.provider(), span);

@@ -760,6 +760,7 @@ fn resolve_memory(me: &dyn IoOwner, req: &Request, lim: &Limits) -> Result<Memor
             );
         }
     })?;
+    claim.check_io()?;
     claim.get_pages(mem_written)?;
     // The I/O's own reference keeps the pages pinned; the claim can go.
     Ok(Memory {

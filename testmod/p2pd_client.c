@@ -45,6 +45,7 @@ static int mem_mmap(struct file *f, struct vm_area_struct *vma)
 	if (vma->vm_pgoff || n > P2PD_CLIENT_PAGES || !(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
 	vma->vm_ops = &mem_vm_ops;
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTCOPY);
 	for (i = 0; i < n; i++) {
 		ret = vm_insert_page(vma, vma->vm_start + i * PAGE_SIZE, pages[i]);
 		if (ret)
@@ -67,13 +68,15 @@ static int client_acquire(unsigned long addr, size_t size, void *peer_mem_privat
 
 	mmap_read_lock(current->mm);
 	vma = vma_lookup(current->mm, addr);
+	/* Whole pages of one of its mappings (whose offset is its page index). */
 	if (vma && vma->vm_ops == &mem_vm_ops && size <= vma->vm_end - addr &&
-	    !((addr | size) & ~PAGE_MASK) && size) {
+	    !((addr | size) & ~PAGE_MASK) && size &&
+	    vma->vm_pgoff + ((vma->vm_end - vma->vm_start) >> PAGE_SHIFT) <= P2PD_CLIENT_PAGES) {
 		ctx = kzalloc_obj(*ctx);
 		if (ctx) {
 			ctx->addr = addr;
 			ctx->size = size;
-			ctx->first = (addr - vma->vm_start) >> PAGE_SHIFT;
+			ctx->first = vma->vm_pgoff + ((addr - vma->vm_start) >> PAGE_SHIFT);
 			INIT_LIST_HEAD(&ctx->node);
 			*client_context = ctx;
 			claimed = 1;
@@ -173,8 +176,11 @@ static void invalidate_all(void)
 		mutex_unlock(&claims_lock);
 		if (!ctx)
 			return;
-		if (!invalidate_cb(reg_handle, core))
+		if (!invalidate_cb(reg_handle, core)) {
+			mutex_lock(&claims_lock);
 			nr_invalidated++;
+			mutex_unlock(&claims_lock);
+		}
 	}
 }
 
@@ -228,7 +234,8 @@ static int __init client_init(void)
 		return -EBUSY;
 	}
 	dir = debugfs_create_dir("p2pd_client", NULL);
-	debugfs_create_file("mem", 0600, dir, NULL, &mem_fops);
+	/* Unproxied: the mmap goes to mem_fops (an open file holds the module). */
+	debugfs_create_file_unsafe("mem", 0600, dir, NULL, &mem_fops);
 	debugfs_create_file("ctl", 0600, dir, NULL, &ctl_fops);
 	return 0;
 }

@@ -287,11 +287,14 @@ static void peer_invalidate(void *priv)
 
 static int peer_map(struct peer_user *pu)
 {
+	int seen = atomic_read(&pu->invalidations);
 	int n = p2pdirect_peer_dma_map(pu->mem, &pu->pdev->dev, pu->segs, PEER_SEGS);
 
 	if (n < 0)
 		return n;
-	WRITE_ONCE(pu->nsegs, n);
+	/* An invalidation that came meanwhile already unmapped it. */
+	if (atomic_read(&pu->invalidations) == seen)
+		WRITE_ONCE(pu->nsegs, n);
 	return 0;
 }
 

@@ -47,8 +47,10 @@ struct sg_table;
  * @get_context_private_data: unused by p2pdirect (kept for the layout)
  * @put_context_private_data: unused by p2pdirect (kept for the layout)
  *
- * Every callback may sleep; p2pdirect calls none of them with a lock of its
- * own held, and calls one context's callbacks one at a time.
+ * acquire, get_pages, dma_map, dma_unmap, put_pages and release are
+ * required. Every callback may sleep; p2pdirect calls one context's
+ * callbacks one at a time, under a lock of that claim (a consumer's
+ * dma_map waits for it), and none with a lock of its own held otherwise.
  */
 struct p2pdirect_peer_memory_client {
 	char name[P2PDIRECT_PEER_NAME_MAX];
@@ -71,8 +73,11 @@ struct p2pdirect_peer_memory_client {
 /*
  * What the client calls when memory it handed out goes away: @reg_handle
  * from the register call, @core_context from @get_pages. p2pdirect tells the
- * claim's consumer, then unmaps and unpins (dma_unmap, put_pages, release)
- * before returning; 0, or -ENOENT for an unknown claim. May sleep.
+ * consumer keeping the claim, which lets it go (dma_unmap, put_pages,
+ * release), or waits for a claim in passing (a DMA_PROBE) to be let go;
+ * when it returns 0, p2pdirect no longer uses that memory. May sleep; not
+ * from within a callback of the same claim, nor holding a lock its
+ * callbacks take.
  */
 typedef int (*p2pdirect_invalidate_peer_memory)(void *reg_handle, u64 core_context);
 
@@ -106,12 +111,14 @@ struct p2pdirect_peer_seg {
  * Takes [@addr, @addr + @size) of the calling process through the client
  * that owns it and pins it (for the device to write into it if @write).
  * @invalidate(@priv) runs when the memory goes away (FREE, close, exit,
- * device removal, the client's invalidation): the consumer must stop DMA
- * to it before returning; p2pdirect then unmaps and unpins it, and later
- * maps fail with -ESTALE. The callback may sleep; it must not call back
- * into this API for the same range. Returns an ERR_PTR: -EINVAL (empty or
- * wrapping range), -ENXIO (no client owns the range: not device memory),
- * -EFAULT, -ENOMEM, or the client's error.
+ * device removal, the client's invalidation or unregistering): the
+ * consumer must stop DMA to it before returning; p2pdirect then unmaps and
+ * unpins it, and later maps fail with -ESTALE. The callback may run before
+ * this function returns, may sleep, and must not call into this API (defer
+ * the put). Returns an ERR_PTR: -EINVAL (empty or wrapping range), -ENXIO
+ * (no client owns the range: not device memory), -EFAULT (no user address
+ * space: a kernel thread; or a range partly in device memory), -ESTALE (the
+ * memory went away meanwhile), -ENOMEM, or the client's error.
  */
 struct p2pdirect_peer_mem *p2pdirect_peer_get(unsigned long addr, size_t size, bool write,
 					      void (*invalidate)(void *priv), void *priv);

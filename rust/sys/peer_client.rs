@@ -67,7 +67,8 @@ impl ForeignClient {
         let r = unsafe { acquire(a, s, core::ptr::null_mut(), core::ptr::null_mut(), &mut ctx) };
         match r {
             0 => Ok(None),
-            1 => {
+            // OFED's clients return 1; any other positive value claims too.
+            1.. => {
                 // INVARIANT: the client's context, released by `Drop` (also
                 // if the table's storage cannot be had).
                 let mut fc = ForeignCtx {
@@ -81,8 +82,7 @@ impl ForeignClient {
                 fc.sg = Some(KBox::new(bindings::sg_table::default(), GFP_KERNEL)?);
                 Ok(Some(fc))
             }
-            e if e < 0 => Err(Error::from_errno(e)),
-            _ => Err(EINVAL),
+            e => Err(Error::from_errno(e)),
         }
     }
 }
@@ -159,12 +159,16 @@ impl ForeignCtx {
         to_result(unsafe { f(sg, self.ctx, raw_dev, 0, &mut nmap) })?;
         self.mapped = Some(dev.into());
         let n = usize::try_from(nmap).unwrap_or(0);
+        let Ok(mut out) = KVec::with_capacity(n, GFP_KERNEL) else {
+            self.dma_unmap();
+            return Err(ENOMEM);
+        };
         // SAFETY: the client mapped the table; it is not changed until
         // `dma_unmap`, which needs `&mut self`.
         let table = unsafe { SGTable::from_raw(sg) };
-        let mut out = KVec::new();
         for e in table.iter().take(n) {
-            out.push((e.dma_address(), e.dma_len()), GFP_KERNEL)?;
+            // Within the capacity reserved above.
+            let _ = out.push_within_capacity((e.dma_address(), e.dma_len()));
         }
         Ok(out)
     }
@@ -283,18 +287,33 @@ pub(crate) unsafe fn register<T: KernelApi>(
     else {
         return core::ptr::null_mut();
     };
+    // SAFETY: valid (caller).
+    let t = unsafe { table.as_ref() };
+    if t.acquire.is_none()
+        || t.get_pages.is_none()
+        || t.dma_map.is_none()
+        || t.dma_unmap.is_none()
+        || t.put_pages.is_none()
+        || t.release.is_none()
+    {
+        pr_warn!(
+            "peer-memory client {} refused: acquire, get_pages, dma_map, dma_unmap, \
+             put_pages and release are required\n",
+            name.to_str().unwrap_or("?")
+        );
+        return core::ptr::null_mut();
+    }
     let client = match Arc::new(ForeignClient { table, name }, GFP_KERNEL) {
         Ok(c) => c,
         Err(_) => return core::ptr::null_mut(),
     };
+    // Before the client can be asked: its invalidation may come at once.
+    if !invalidate.is_null() {
+        // SAFETY: writable (caller).
+        unsafe { *invalidate = invalidate_fn };
+    }
     match T::register(client) {
-        Ok(h) => {
-            if !invalidate.is_null() {
-                // SAFETY: writable (caller).
-                unsafe { *invalidate = invalidate_fn };
-            }
-            h.into_foreign().cast()
-        }
+        Ok(h) => h.into_foreign().cast(),
         Err(_) => core::ptr::null_mut(),
     }
 }
@@ -305,13 +324,18 @@ fn chars_as_bytes(raw: &[kernel::ffi::c_char]) -> &[u8] {
     unsafe { core::slice::from_raw_parts(raw.as_ptr().cast(), raw.len()) }
 }
 
+/// `IS_ERR_OR_NULL()`: what a careless caller may pass back.
+fn is_err_or_null(p: *mut c_void) -> bool {
+    p.is_null() || kernel::error::from_err_ptr(p).is_err()
+}
+
 /// `p2pdirect_unregister_peer_memory_client()`.
 ///
 /// # Safety
 ///
 /// `handle` came from [`register`] and is unregistered once.
 pub(crate) unsafe fn unregister<T: KernelApi>(handle: *mut c_void) {
-    if handle.is_null() {
+    if is_err_or_null(handle) {
         return;
     }
     // SAFETY: the reference `register` handed out (caller).
@@ -455,7 +479,7 @@ pub(crate) unsafe fn page_size<T: KernelApi>(m: *mut c_void) -> kernel::ffi::c_u
 ///
 /// `m` from [`get`], put once.
 pub(crate) unsafe fn put<T: KernelApi>(m: *mut c_void) {
-    if m.is_null() {
+    if is_err_or_null(m) {
         return;
     }
     // SAFETY: the reference `get` handed out (caller).

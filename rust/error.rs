@@ -21,9 +21,11 @@
 //! 6. `Provider::inner`, then the handle pool and the list of devices whose
 //!    driver is unbinding; `Provider::reaped` (what removal sleeps on) is a
 //!    leaf, taken after `Provider::inner` is let go
-//! 7. `RegEntry::claim`, under which the statistics table is taken (a pin's
-//!    gauge); the statistics table and the peer-memory client registry are
-//!    leaves.
+//! 7. `RegEntry::claim` and a kernel consumer's `KernelMem::claim` (peer_api;
+//!    a client's callbacks for the claim run under it), under which the
+//!    statistics table is taken (a pin's gauge), then `KernelMem::st`; the
+//!    statistics table, the peer-memory client registry and a client of
+//!    another module's state are leaves.
 //!
 //! A dma-buf export (dmabuf.rs) stands beside 1.-3.: its `Exported::link`,
 //! then the buffer's reservation lock (the dma-buf core takes it around

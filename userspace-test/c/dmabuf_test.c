@@ -21,7 +21,6 @@
 #include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,48 +34,12 @@
 
 #include "kselftest_harness.h"
 #include "nvme_util.h"
+#include "testmod_util.h"
 
 #define DEV_PATH "/dev/p2pdirect"
 #define CTL_PATH "/sys/kernel/debug/p2pd_importer/ctl"
 #define MiB (1ull << 20)
 #define PAGE 4096ull
-
-struct imp_state {
-	int attached, mapped;
-	unsigned int invalidations, segs;
-	unsigned long long addr[16], len[16];
-};
-
-static int imp_cmd(int ctl, const char *fmt, ...)
-{
-	char buf[96];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	return write(ctl, buf, n) == n ? 0 : -errno;
-}
-
-static int imp_state(int ctl, struct imp_state *st)
-{
-	char buf[4096], *line;
-	ssize_t n = read(ctl, buf, sizeof(buf) - 1);
-	unsigned int i = 0;
-
-	if (n < 0)
-		return -errno;
-	buf[n] = '\0';
-	memset(st, 0, sizeof(*st));
-	if (sscanf(buf, "attached %d mapped %d invalidations %u segs %u", &st->attached,
-		   &st->mapped, &st->invalidations, &st->segs) != 4)
-		return -EPROTO;
-	for (line = strchr(buf, '\n'); line && i < 16; line = strchr(line + 1, '\n'))
-		if (sscanf(line + 1, "seg %llx %llx", &st->addr[i], &st->len[i]) == 2)
-			i++;
-	return i == st->segs ? 0 : -EPROTO;
-}
 
 static int do_alloc(int fd, __u32 provider, __u64 size, struct p2pdirect_alloc *a)
 {
@@ -106,19 +69,6 @@ static int do_export(int fd, __u64 handle, __u64 off, __u64 size, __u32 flags)
 	if (ioctl(fd, P2PDIRECT_IOC_EXPORT_DMABUF, &e))
 		return -errno;
 	return e.fd;
-}
-
-static __u64 used_bytes(int fd, __u32 index)
-{
-	struct p2pdirect_provider_info p[8];
-	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
-
-	if (ioctl(fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req))
-		return ~0ull;
-	for (unsigned int i = 0; i < req.count && i < 8; i++)
-		if (p[i].index == index)
-			return p[i].bytes_used;
-	return ~0ull;
 }
 
 /* STATS' pinned_bytes of the provider at PCI address @addr (0: no row). */
@@ -224,19 +174,19 @@ TEST_F(db, map_gives_bus_addresses_in_the_bar_window)
 	unsigned long long start, end, total = 0;
 	struct p2pdirect_alloc a;
 	__u64 pinned;
-	struct imp_state st;
+	struct tm_state st;
 	int buf;
 
 	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, 4 * MiB, &a));
 	buf = do_export(self->fd, a.handle, MiB, 2 * MiB, 0);
 	ASSERT_GE(buf, 0) TH_LOG("export: %s", strerror(-buf));
 	ASSERT_EQ((off_t)(2 * MiB), lseek(buf, 0, SEEK_END));
-	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s", buf, self->sw));
 	pinned = pinned_bytes(self->fd, self->gpu.pci_addr);
-	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "map"));
 	/* A mapping counts as pinned device memory in STATS. */
 	EXPECT_EQ(pinned + 2 * MiB, pinned_bytes(self->fd, self->gpu.pci_addr));
-	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	ASSERT_EQ(0, tm_state(self->ctl, &st));
 	EXPECT_EQ(1, st.mapped);
 	ASSERT_GE(st.segs, 1u);
 	ASSERT_TRUE(bar_window(self->gpu.pci_addr, self->gpu.bar, &start, &end));
@@ -249,9 +199,9 @@ TEST_F(db, map_gives_bus_addresses_in_the_bar_window)
 		total += st.len[i];
 	}
 	EXPECT_EQ(2 * MiB, total);
-	EXPECT_EQ(0, imp_cmd(self->ctl, "unmap"));
+	EXPECT_EQ(0, tm_cmd(self->ctl, "unmap"));
 	EXPECT_EQ(pinned, pinned_bytes(self->fd, self->gpu.pci_addr));
-	EXPECT_EQ(0, imp_cmd(self->ctl, "detach"));
+	EXPECT_EQ(0, tm_cmd(self->ctl, "detach"));
 	close(buf);
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
 }
@@ -265,11 +215,11 @@ TEST_F(db, unreachable_importer_is_refused)
 	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
 	buf = do_export(self->fd, a.handle, 0, 0, 0);
 	ASSERT_GE(buf, 0);
-	EXPECT_EQ(-EREMOTEIO, imp_cmd(self->ctl, "attach %d %s", buf, self->rp));
-	EXPECT_EQ(-EOPNOTSUPP, imp_cmd(self->ctl, "attach %d %s nop2p", buf, self->sw));
-	EXPECT_EQ(-EOPNOTSUPP, imp_cmd(self->ctl, "attach %d %s norevoke", buf, self->sw));
+	EXPECT_EQ(-EREMOTEIO, tm_cmd(self->ctl, "attach %d %s", buf, self->rp));
+	EXPECT_EQ(-EOPNOTSUPP, tm_cmd(self->ctl, "attach %d %s nop2p", buf, self->sw));
+	EXPECT_EQ(-EOPNOTSUPP, tm_cmd(self->ctl, "attach %d %s norevoke", buf, self->sw));
 	/* And a good one still attaches. */
-	EXPECT_EQ(0, imp_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	EXPECT_EQ(0, tm_cmd(self->ctl, "attach %d %s", buf, self->sw));
 	close(buf);
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
 }
@@ -324,24 +274,24 @@ TEST_F(db, mmap_shares_the_bytes)
 TEST_F(db, free_revokes_the_importer)
 {
 	struct p2pdirect_alloc a;
-	struct imp_state st;
-	__u64 before = used_bytes(self->fd, self->gpu.index);
+	struct tm_state st;
+	__u64 before = provider_used_bytes(self->fd, self->gpu.index);
 	int buf, ctl2;
 
 	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
 	buf = do_export(self->fd, a.handle, 0, 0, 0);
 	ASSERT_GE(buf, 0);
-	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s", buf, self->sw));
-	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "map"));
 	ASSERT_EQ(0, do_free(self->fd, a.handle));
-	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	ASSERT_EQ(0, tm_state(self->ctl, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(0, st.mapped);
-	EXPECT_EQ(-ENODEV, imp_cmd(self->ctl, "map"));
-	EXPECT_EQ(before, used_bytes(self->fd, self->gpu.index));
+	EXPECT_EQ(-ENODEV, tm_cmd(self->ctl, "map"));
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 	ctl2 = open(CTL_PATH, O_RDWR);
 	ASSERT_GE(ctl2, 0);
-	EXPECT_EQ(-ENODEV, imp_cmd(ctl2, "attach %d %s", buf, self->sw));
+	EXPECT_EQ(-ENODEV, tm_cmd(ctl2, "attach %d %s", buf, self->sw));
 	close(ctl2);
 	EXPECT_EQ(MAP_FAILED, mmap(NULL, PAGE, PROT_READ, MAP_SHARED, buf, 0));
 	EXPECT_EQ(ENODEV, errno);
@@ -352,24 +302,24 @@ TEST_F(db, free_revokes_the_importer)
 TEST_F(db, memory_returns_only_after_the_importer_unmapped)
 {
 	struct p2pdirect_alloc a;
-	struct imp_state st;
+	struct tm_state st;
 	__u64 before;
 	int buf;
 
-	before = used_bytes(self->fd, self->gpu.index);
+	before = provider_used_bytes(self->fd, self->gpu.index);
 	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, 2 * MiB, &a));
 	buf = do_export(self->fd, a.handle, 0, 0, 0);
 	ASSERT_GE(buf, 0);
-	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s lazy", buf, self->sw));
-	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s lazy", buf, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "map"));
 	ASSERT_EQ(0, do_free(self->fd, a.handle));
-	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	ASSERT_EQ(0, tm_state(self->ctl, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(1, st.mapped);
 	/* Still held: a new ALLOC cannot get it back yet. */
-	EXPECT_EQ(before + 2 * MiB, used_bytes(self->fd, self->gpu.index));
-	ASSERT_EQ(0, imp_cmd(self->ctl, "unmap"));
-	EXPECT_EQ(before, used_bytes(self->fd, self->gpu.index));
+	EXPECT_EQ(before + 2 * MiB, provider_used_bytes(self->fd, self->gpu.index));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "unmap"));
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 	close(buf);
 }
 
@@ -377,8 +327,8 @@ TEST_F(db, memory_returns_only_after_the_importer_unmapped)
 TEST_F(db, close_and_exit_revoke)
 {
 	struct p2pdirect_alloc a;
-	__u64 before = used_bytes(self->fd, self->gpu.index);
-	struct imp_state st;
+	__u64 before = provider_used_bytes(self->fd, self->gpu.index);
+	struct tm_state st;
 	int fd2, buf, status;
 	pid_t pid;
 
@@ -387,13 +337,13 @@ TEST_F(db, close_and_exit_revoke)
 	ASSERT_EQ(0, do_alloc(fd2, self->gpu.index, MiB, &a));
 	buf = do_export(fd2, a.handle, 0, 0, 0);
 	ASSERT_GE(buf, 0);
-	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s", buf, self->sw));
-	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "map"));
 	close(fd2);
-	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	ASSERT_EQ(0, tm_state(self->ctl, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(0, st.mapped);
-	EXPECT_EQ(0, imp_cmd(self->ctl, "detach"));
+	EXPECT_EQ(0, tm_cmd(self->ctl, "detach"));
 	close(buf);
 
 	/* A child exports and maps through our importer file, then exits. */
@@ -405,18 +355,18 @@ TEST_F(db, close_and_exit_revoke)
 		if (f < 0 || do_alloc(f, self->gpu.index, MiB, &a))
 			_exit(2);
 		b = do_export(f, a.handle, 0, 0, 0);
-		if (b < 0 || imp_cmd(self->ctl, "attach %d %s", b, self->sw) ||
-		    imp_cmd(self->ctl, "map"))
+		if (b < 0 || tm_cmd(self->ctl, "attach %d %s", b, self->sw) ||
+		    tm_cmd(self->ctl, "map"))
 			_exit(3);
 		_exit(0);
 	}
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	ASSERT_EQ(0, tm_state(self->ctl, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(0, st.mapped);
-	EXPECT_EQ(-ENODEV, imp_cmd(self->ctl, "map"));
-	EXPECT_EQ(before, used_bytes(self->fd, self->gpu.index));
+	EXPECT_EQ(-ENODEV, tm_cmd(self->ctl, "map"));
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 }
 
 /* Every bad argument has its errno, and a refused export takes nothing. */
@@ -496,7 +446,7 @@ TEST_F(db, gpu_unbind_waits_for_the_importer)
 	struct p2pdirect_provider_info p[8];
 	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
 	struct p2pdirect_alloc a;
-	struct imp_state st;
+	struct tm_state st;
 	struct p2pdirect_provider_info g = { 0 };
 	struct unbinder u = { 0 };
 	pthread_t t;
@@ -515,20 +465,20 @@ TEST_F(db, gpu_unbind_waits_for_the_importer)
 	ASSERT_EQ(0, do_alloc(self->fd, g.index, MiB, &a));
 	buf = do_export(self->fd, a.handle, 0, 0, 0);
 	ASSERT_GE(buf, 0);
-	ASSERT_EQ(0, imp_cmd(self->ctl, "attach %d %s lazy", buf, self->sw));
-	ASSERT_EQ(0, imp_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s lazy", buf, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "map"));
 	ASSERT_EQ(0, pthread_create(&t, NULL, unbind_main, &u));
 	sleep(2);
 	/* Told, but still mapped: the unbind waits. */
-	ASSERT_EQ(0, imp_state(self->ctl, &st));
+	ASSERT_EQ(0, tm_state(self->ctl, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(1, st.mapped);
 	EXPECT_EQ(0, __atomic_load_n(&u.done, __ATOMIC_ACQUIRE));
-	ASSERT_EQ(0, imp_cmd(self->ctl, "unmap"));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "unmap"));
 	ASSERT_EQ(0, pthread_join(t, NULL));
 	EXPECT_EQ(0, u.ret);
-	EXPECT_EQ(-ENODEV, imp_cmd(self->ctl, "map"));
-	EXPECT_EQ(0, imp_cmd(self->ctl, "detach"));
+	EXPECT_EQ(-ENODEV, tm_cmd(self->ctl, "map"));
+	EXPECT_EQ(0, tm_cmd(self->ctl, "detach"));
 	close(buf);
 	/* FREE of the revoked allocation is still fine. */
 	EXPECT_EQ(0, do_free(self->fd, a.handle));

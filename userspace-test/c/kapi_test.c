@@ -20,7 +20,6 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +32,7 @@
 
 #include "kselftest_harness.h"
 #include "nvme_util.h"
+#include "testmod_util.h"
 
 #define DEV_PATH "/dev/p2pdirect"
 #define PEER_PATH "/sys/kernel/debug/p2pd_importer/peer"
@@ -40,59 +40,6 @@
 #define CLIENT_CTL "/sys/kernel/debug/p2pd_client/ctl"
 #define MiB (1ull << 20)
 #define PAGE 4096ull
-
-struct peer_state {
-	int attached, mapped, segs;
-	unsigned int invalidations;
-	unsigned long long addr[16], len[16], pagesize;
-};
-
-static int cmd(int fd, const char *fmt, ...)
-{
-	char buf[128];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	return write(fd, buf, n) == n ? 0 : -errno;
-}
-
-static int peer_state(int fd, struct peer_state *st)
-{
-	char buf[2048], *line;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	int i = 0;
-
-	if (n < 0)
-		return -errno;
-	buf[n] = '\0';
-	memset(st, 0, sizeof(*st));
-	if (sscanf(buf, "attached %d mapped %d invalidations %u segs %d", &st->attached,
-		   &st->mapped, &st->invalidations, &st->segs) != 4)
-		return -EPROTO;
-	for (line = strchr(buf, '\n'); line; line = strchr(line + 1, '\n')) {
-		if (i < 16 && sscanf(line + 1, "seg %llx %llx", &st->addr[i], &st->len[i]) == 2)
-			i++;
-		else if (sscanf(line + 1, "pagesize %llu", &st->pagesize) != 1)
-			continue;
-	}
-	return i == st->segs ? 0 : -EPROTO;
-}
-
-static __u64 used_bytes(int fd, __u32 index)
-{
-	struct p2pdirect_provider_info p[8];
-	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
-
-	if (ioctl(fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req))
-		return ~0ull;
-	for (unsigned int i = 0; i < req.count && i < 8; i++)
-		if (p[i].index == index)
-			return p[i].bytes_used;
-	return ~0ull;
-}
 
 FIXTURE(ka) {
 	int fd, peer, ns_fd;
@@ -118,7 +65,7 @@ FIXTURE_SETUP(ka)
 	ASSERT_TRUE(found);
 	ASSERT_TRUE(find_nvme("p2pnvme-sw", ns, sizeof(ns), dir));
 	snprintf(self->sw, sizeof(self->sw), "%s", strrchr(dir, '/') + 1);
-	self->ns_fd = open(ns, O_RDONLY | O_CLOEXEC);
+	self->ns_fd = open(ns, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	ASSERT_GE(self->ns_fd, 0);
 	ASSERT_TRUE(find_nvme("p2pnvme-rp", ns, sizeof(ns), dir));
 	snprintf(self->rp, sizeof(self->rp), "%s", strrchr(dir, '/') + 1);
@@ -155,35 +102,35 @@ static void *alloc_map(struct __test_metadata *_metadata, int fd, __u32 provider
 TEST_F(ka, consumer_gets_bus_addresses)
 {
 	struct p2pdirect_alloc a;
-	struct peer_state st;
+	struct tm_state st;
 	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
 	void *ram;
 
-	ASSERT_EQ(0, cmd(self->peer, "acquire %lx %llx %s write", (unsigned long)(p + 64 * 1024),
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s write", (unsigned long)(p + 64 * 1024),
 			 128 * 1024ull, self->sw));
-	ASSERT_EQ(0, peer_state(self->peer, &st));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
 	EXPECT_EQ(1, st.attached);
 	EXPECT_EQ(1, st.mapped);
-	ASSERT_GE(st.segs, 1);
+	ASSERT_GE(st.segs, 1u);
 	EXPECT_EQ(a.bus_addr + 64 * 1024, st.addr[0]);
 	EXPECT_EQ(PAGE, st.pagesize);
 	printf("# PEERAPI bus=%#llx seg=%#llx+%#llx\n", (unsigned long long)a.bus_addr, st.addr[0],
 	       st.len[0]);
-	EXPECT_EQ(-EBUSY, cmd(self->peer, "map"));
-	EXPECT_EQ(0, cmd(self->peer, "unmap"));
-	EXPECT_EQ(0, cmd(self->peer, "map"));
-	EXPECT_EQ(0, cmd(self->peer, "release"));
+	EXPECT_EQ(-EBUSY, tm_cmd(self->peer, "map"));
+	EXPECT_EQ(0, tm_cmd(self->peer, "unmap"));
+	EXPECT_EQ(0, tm_cmd(self->peer, "map"));
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
 	/* The controller on a root port cannot reach the GPU; RAM is no client's. */
-	EXPECT_EQ(-EREMOTEIO, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, PAGE,
+	EXPECT_EQ(-EREMOTEIO, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, PAGE,
 				  self->rp));
 	ram = aligned_alloc(PAGE, PAGE);
 	ASSERT_NE(NULL, ram);
 	memset(ram, 1, PAGE);
-	EXPECT_EQ(-ENXIO, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)ram, PAGE,
+	EXPECT_EQ(-ENXIO, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)ram, PAGE,
 			      self->sw));
 	free(ram);
-	EXPECT_EQ(-EINVAL, cmd(self->peer, "acquire %lx 0 %s", (unsigned long)p, self->sw));
-	ASSERT_EQ(0, peer_state(self->peer, &st));
+	EXPECT_EQ(-EINVAL, tm_cmd(self->peer, "acquire %lx 0 %s", (unsigned long)p, self->sw));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
 	EXPECT_EQ(0, st.attached);
 	munmap(p, MiB);
 }
@@ -191,23 +138,23 @@ TEST_F(ka, consumer_gets_bus_addresses)
 /* FREE tells the consumer, and the memory goes back at once. */
 TEST_F(ka, free_invalidates_the_consumer)
 {
-	__u64 before = used_bytes(self->fd, self->gpu.index);
+	__u64 before = provider_used_bytes(self->fd, self->gpu.index);
 	struct p2pdirect_free f;
 	struct p2pdirect_alloc a;
-	struct peer_state st;
+	struct tm_state st;
 	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
 
-	ASSERT_EQ(0, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, MiB, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, MiB, self->sw));
 	munmap(p, MiB);
 	f.handle = a.handle;
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &f));
-	ASSERT_EQ(0, peer_state(self->peer, &st));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(0, st.mapped);
 	EXPECT_EQ(0ull, st.pagesize);
-	EXPECT_EQ(-ESTALE, cmd(self->peer, "map"));
-	EXPECT_EQ(before, used_bytes(self->fd, self->gpu.index));
-	EXPECT_EQ(0, cmd(self->peer, "release"));
+	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
 }
 
 /* Another module's client: its memory, its DMA mappings, its invalidation. */
@@ -217,7 +164,7 @@ TEST_F(ka, outside_client)
 	struct p2pdirect_dma_probe pr = { 0 };
 	struct p2pdirect_register rg = { 0 };
 	struct p2pdirect_io io = { 0 };
-	struct peer_state st;
+	struct tm_state st;
 	unsigned int claims, inval, claims0, inval0;
 	char buf[64] = { 0 };
 	int mem, ctl, n;
@@ -253,11 +200,11 @@ TEST_F(ka, outside_client)
 	ASSERT_GT(read(ctl, buf, sizeof(buf) - 1), 0);
 	n = sscanf(buf, "claims %u invalidated %u", &claims0, &inval0);
 	ASSERT_EQ(2, n);
-	ASSERT_EQ(0, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, 2 * PAGE, self->sw));
-	ASSERT_EQ(0, peer_state(self->peer, &st));
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, 2 * PAGE, self->sw));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
 	EXPECT_EQ(1, st.mapped);
-	EXPECT_GE(st.segs, 1);
-	ASSERT_EQ(0, cmd(ctl, "invalidate"));
+	EXPECT_GE(st.segs, 1u);
+	ASSERT_EQ(0, tm_cmd(ctl, "invalidate"));
 	memset(buf, 0, sizeof(buf));
 	ASSERT_GT(read(ctl, buf, sizeof(buf) - 1), 0);
 	n = sscanf(buf, "claims %u invalidated %u", &claims, &inval);
@@ -265,11 +212,11 @@ TEST_F(ka, outside_client)
 	/* One claim made and invalidated, the consumer's. */
 	EXPECT_EQ(claims0 + 1, claims);
 	EXPECT_EQ(inval0 + 1, inval);
-	ASSERT_EQ(0, peer_state(self->peer, &st));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(0, st.mapped);
-	EXPECT_EQ(-ESTALE, cmd(self->peer, "map"));
-	EXPECT_EQ(0, cmd(self->peer, "release"));
+	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
 	close(ctl);
 	munmap(p, 4 * PAGE);
 	close(mem);
@@ -278,7 +225,7 @@ TEST_F(ka, outside_client)
 /* Unloading the client invalidates what consumers keep; it loads again. */
 TEST_F(ka, client_unload_invalidates)
 {
-	struct peer_state st;
+	struct tm_state st;
 	int mem;
 	void *p;
 
@@ -287,14 +234,14 @@ TEST_F(ka, client_unload_invalidates)
 	p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
 	ASSERT_NE(MAP_FAILED, p);
 	close(mem);
-	ASSERT_EQ(0, cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, PAGE, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, PAGE, self->sw));
 	/* The mapping holds the module's debugfs file, and so the module. */
 	munmap(p, PAGE);
 	ASSERT_EQ(0, system("rmmod p2pd_client"));
-	ASSERT_EQ(0, peer_state(self->peer, &st));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(0, st.mapped);
-	EXPECT_EQ(0, cmd(self->peer, "release"));
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
 	ASSERT_EQ(0, system("insmod /p2pd_client.ko"));
 }
 

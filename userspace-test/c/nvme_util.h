@@ -148,6 +148,20 @@ static inline void record_alloc_zero(int fd, const struct p2pdirect_alloc *a)
 		fflush(stdout);
 	}
 }
+
+/* LIST_PROVIDERS' bytes_used of provider @index on @fd (~0 on error). */
+static inline __u64 provider_used_bytes(int fd, __u32 index)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+
+	if (ioctl(fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req))
+		return ~0ull;
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].index == index)
+			return p[i].bytes_used;
+	return ~0ull;
+}
 #endif
 
 /*

@@ -24,13 +24,18 @@ Records (numbers decimal, or hex with 0x):
       [off, off+len) had all its data pointers in that GPU's BAR2 (where=ram:
       outside every GPU BAR and the CMB), and those commands that succeeded
       cover the whole range.
+  # DMAADDR gpu=BDF addr=N len=N [off=N]
+      a DMA segment a peer got for that GPU's memory (a dma-buf or kernel-API
+      mapping): [addr, addr+len) lies in the GPU's BAR2 window (and starts
+      off bytes into it, if given).
 
 Replay: HOSTCHECK records of one GPU file (NVMECHECK records of one image) are
 applied in order, the last writer wins: each record is checked on the bytes no
 later record overwrote; guard bytes must equal the replayed content (zero
 where no record wrote).
 
-Usage: hostcheck.py GUEST_TAP RUN_DIR   TAP suites host-devmem, host-nvme, host-dma
+Usage: hostcheck.py GUEST_TAP RUN_DIR   TAP suites host-devmem, host-nvme, host-dma,
+                                        host-dmaaddr
        hostcheck.py --commands RUN_DIR [NSID]   the traced I/O commands, a line each"""
 import os
 import re
@@ -162,6 +167,16 @@ class Record:
         if self.op not in (None, 'read', 'write'):
             raise ValueError(f'op={self.op}: not read or write')
 
+    def parse_dmaaddr(self):
+        self.need(('gpu', 'addr', 'len', 'off'), ('gpu', 'addr', 'len'))
+        if self.words:
+            raise ValueError(f'unknown word(s) {" ".join(self.words)}')
+        self.gpu = self.kv['gpu']
+        self.addr, self.len = num(self.kv['addr']), num(self.kv['len'])
+        self.bar_off = num(self.kv['off']) if 'off' in self.kv else None
+        if self.len <= 0:
+            raise ValueError('len must be positive')
+
     def src_text(self):
         s = self.src
         return {'zero': lambda: 'zeros', 'seed': lambda: f'seed {s[1]:#x}',
@@ -172,7 +187,7 @@ class Record:
 def parse_tap(text):
     records, gpumap, gpubar, nsdev = [], {}, {}, {}
     for lineno, line in enumerate(text.splitlines(), 1):
-        m = re.match(r'^# (HOSTCHECK|NVMECHECK|DMACHECK)\b(.*)$', line)
+        m = re.match(r'^# (HOSTCHECK|NVMECHECK|DMACHECK|DMAADDR)\b(.*)$', line)
         if m:
             records.append(Record(m.group(1), m.group(2), lineno))
             continue
@@ -458,6 +473,29 @@ def check_dma(suite, recs, run_dir, gpubar):
                          + tail)
 
 
+def check_dmaaddr(suite, recs, gpubar):
+    """Each DMAADDR segment inside its GPU's BAR2 window (bus addresses)."""
+    for r in recs:
+        what = f'{r.gpu} segment [{r.addr:#x}, +{r.len:#x})'
+        if r.error:
+            suite.result(False, r.error)
+            continue
+        if r.gpu not in gpubar:
+            suite.result(False, f'{what}: no "# GPUBAR {r.gpu}" record')
+            continue
+        s, n = gpubar[r.gpu]
+        inside = s <= r.addr and r.addr + r.len <= s + n
+        at = r.bar_off is None or r.addr == s + r.bar_off
+        want = f'BAR2 [{s:#x}, +{n:#x})'
+        if inside and at:
+            suite.result(True, f'{what}: in {want}' +
+                         (f' at {r.bar_off:#x}' if r.bar_off is not None else ''))
+        elif not inside:
+            suite.result(False, f'{what}: outside {want}')
+        else:
+            suite.result(False, f'{what}: at {r.addr - s:#x} of {want}, not {r.bar_off:#x}')
+
+
 def main(tap_path, run_dir):
     with open(tap_path, errors='replace') as f:
         records, gpumap, gpubar, nsdev = parse_tap(f.read())
@@ -480,6 +518,10 @@ def main(tap_path, run_dir):
     suite = Suite('host-dma')
     check_dma(suite, [r for r in records if r.kind == 'DMACHECK'], run_dir, gpubar)
     suite.end('no DMACHECK records in the guest output')
+
+    suite = Suite('host-dmaaddr')
+    check_dmaaddr(suite, [r for r in records if r.kind == 'DMAADDR'], gpubar)
+    suite.end('no DMAADDR records in the guest output')
 
 
 def list_commands(run_dir, nsid=None):

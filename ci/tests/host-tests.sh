@@ -338,5 +338,13 @@ rm "$tmp/run/nvme-trace.log"
 expect "no trace fails" host-dma 1 "no NVMe trace"
 dma
 expect "no records is a failure" host-dma 1 "no DMACHECK records"
+dma "# DMAADDR gpu=0000:04:00.0 addr=0xf4100000 len=0x200000 off=0x100000"
+expect "a peer's DMA segment in the GPU's BAR passes" host-dmaaddr 0 "in BAR2"
+dma "# DMAADDR gpu=0000:04:00.0 addr=0xf7f00000 len=0x200000"
+expect "a segment running past the BAR fails" host-dmaaddr 1 "outside BAR2"
+dma "# DMAADDR gpu=0000:05:00.0 addr=0xf4100000 len=0x1000"
+expect "a segment in another GPU's BAR fails" host-dmaaddr 1 "outside BAR2"
+dma "# DMAADDR gpu=0000:04:00.0 addr=0xf4100000 len=0x1000 off=0x200000"
+expect "a segment at another offset fails" host-dmaaddr 1 "not 0x200000"
 echo "1..$n"
 exit 0

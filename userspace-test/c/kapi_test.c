@@ -104,6 +104,7 @@ TEST_F(ka, consumer_gets_bus_addresses)
 	struct p2pdirect_alloc a;
 	struct tm_state st;
 	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
+	char bdf[32];
 	void *ram;
 
 	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s write", (unsigned long)(p + 64 * 1024),
@@ -114,8 +115,9 @@ TEST_F(ka, consumer_gets_bus_addresses)
 	ASSERT_GE(st.segs, 1u);
 	EXPECT_EQ(a.bus_addr + 64 * 1024, st.addr[0]);
 	EXPECT_EQ(PAGE, st.pagesize);
-	printf("# PEERAPI bus=%#llx seg=%#llx+%#llx\n", (unsigned long long)a.bus_addr, st.addr[0],
-	       st.len[0]);
+	pci_name(self->gpu.pci_addr, bdf, sizeof(bdf));
+	printf("# DMAADDR gpu=%s addr=%#llx len=%#llx off=%#llx\n", bdf, st.addr[0], st.len[0],
+	       (unsigned long long)(a.provider_offset + 64 * 1024));
 	EXPECT_EQ(-EBUSY, tm_cmd(self->peer, "map"));
 	EXPECT_EQ(0, tm_cmd(self->peer, "unmap"));
 	EXPECT_EQ(0, tm_cmd(self->peer, "map"));

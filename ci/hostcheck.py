@@ -519,9 +519,12 @@ def main(tap_path, run_dir):
     check_dma(suite, [r for r in records if r.kind == 'DMACHECK'], run_dir, gpubar)
     suite.end('no DMACHECK records in the guest output')
 
-    suite = Suite('host-dmaaddr')
-    check_dmaaddr(suite, [r for r in records if r.kind == 'DMAADDR'], gpubar)
-    suite.end('no DMAADDR records in the guest output')
+    # Only the test suites record peers' mappings (make demo has none).
+    addrs = [r for r in records if r.kind == 'DMAADDR']
+    if addrs:
+        suite = Suite('host-dmaaddr')
+        check_dmaaddr(suite, addrs, gpubar)
+        suite.end('')
 
 
 def list_commands(run_dir, nsid=None):

@@ -32,14 +32,15 @@ mkmake() { make -C "$src" O="$out" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGE
 log "configuring $(basename "$src") ($flavor) in $out"
 rm -rf "$out"
 # A changed fragment starts from the last build of the same source and
-# flavour: Kbuild then rebuilds only what the changed options reach.
-seed=$(ls -td "$P2P_CACHE/build/$(basename "$src")"-*/ 2>/dev/null |
+# flavour, which it takes over (the cache keeps one build per source and
+# flavour): Kbuild then rebuilds only what the changed options reach.
+seed=$(ls -td "$P2P_CACHE/build/$(basename "$src")"-* 2>/dev/null |
 	while read -r d; do
 		[ -f "$d/.built" ] && [ "$(cat "$d/.flavor" 2>/dev/null)" = "$flavor" ] && { echo "$d"; break; }
 	done || true)
 if [ -n "$seed" ]; then
 	log "starting from $seed"
-	cp -a "$seed" "$out"
+	mv "$seed" "$out"
 	rm -f "$out/.built"
 fi
 mkdir -p "$out"

@@ -91,8 +91,6 @@ struct P2pDirect {
     /// drop in this order, so the three globals go in the reverse of the
     /// order `init` sets them up in.
     devmem: devmem::Globals,
-    /// The kernel API's subscriptions (clients of other modules).
-    peer_api: peer_api::Globals,
     /// The peer-memory client registry.
     peer_mem: peer_mem::Globals,
     /// The statistics table: set up first, torn down last.
@@ -111,7 +109,6 @@ impl kernel::InPlaceModule for P2pDirect {
         try_pin_init!(Self {
             stats: stats::Globals::init()?,
             peer_mem: peer_mem::Globals::init()?,
-            peer_api: peer_api::Globals::init()?,
             devmem: devmem::Globals::init()?,
             bio_set: sys::bio::BioSet::new()?,
             peer_clients: peer_clients::Builtins::register()?,

@@ -40,15 +40,6 @@ use kernel::{
 
 crate::sys::peer_client::kernel_api!(crate::peer_api::Api);
 
-/// The kernel API's globals (none left: each client keeps its own state).
-pub(crate) struct Globals;
-
-impl Globals {
-    pub(crate) fn init() -> Result<Self> {
-        Ok(Self)
-    }
-}
-
 /// Claim ids of clients of other modules (`core_context`).
 static NEXT_CORE_ID: Atomic<u64> = Atomic::new(1);
 /// Subscription ids of kernel consumers: disjoint from registrations' (from
@@ -146,7 +137,7 @@ impl Client for External {
             ExternalCtx {
                 fc: Some(fc),
                 core_id: NEXT_CORE_ID.fetch_add(1, Relaxed),
-                _gone: gone,
+                gone,
             },
             GFP_KERNEL,
         )?))
@@ -166,10 +157,10 @@ impl Drop for Gone {
 
 /// A claim of a client of another module.
 struct ExternalCtx {
-    /// Released before `_gone` counts it down.
+    /// Released before `gone` counts it down.
     fc: Option<ForeignCtx>,
     core_id: u64,
-    _gone: Gone,
+    gone: Gone,
 }
 
 impl ExternalCtx {
@@ -181,7 +172,7 @@ impl ExternalCtx {
 impl Drop for ExternalCtx {
     fn drop(&mut self) {
         drop(self.fc.take());
-        let shared = &self._gone.0;
+        let shared = &self.gone.0;
         let mut st = shared.state.lock();
         st.pinned.retain(|id| *id != self.core_id);
         shared.changed.notify_all();
@@ -192,7 +183,7 @@ impl Context for ExternalCtx {
     fn get_pages(&mut self, write: bool) -> Result {
         let id = self.core_id;
         // Known before the client is: its invalidation may come at once.
-        self._gone.0.state.lock().pinned.push(id, GFP_KERNEL)?;
+        self.gone.0.state.lock().pinned.push(id, GFP_KERNEL)?;
         self.fc()?.get_pages(write, id)
     }
 
@@ -227,7 +218,7 @@ impl Context for ExternalCtx {
     }
 
     fn external(&self) -> Option<(Arc<dyn ExternalClaims>, u64)> {
-        Some((self._gone.0.clone(), self.core_id))
+        Some((self.gone.0.clone(), self.core_id))
     }
 
     fn has_pages(&self) -> bool {

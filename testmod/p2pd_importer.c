@@ -176,19 +176,29 @@ out:
 	return ret;
 }
 
+/* Copies one command in: its verb and the rest (NULL if none). */
+static int read_cmd(const char __user *ubuf, size_t len, char *cmd, size_t size, char **verb,
+		    char **args)
+{
+	if (len >= size)
+		return -EINVAL;
+	if (copy_from_user(cmd, ubuf, len))
+		return -EFAULT;
+	cmd[len] = '\0';
+	*args = strim(cmd);
+	*verb = strsep(args, " ");
+	return 0;
+}
+
 static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, loff_t *pos)
 {
 	struct importer *im = f->private_data;
 	char cmd[96], *args, *verb;
 	int ret;
 
-	if (len >= sizeof(cmd))
-		return -EINVAL;
-	if (copy_from_user(cmd, ubuf, len))
-		return -EFAULT;
-	cmd[len] = '\0';
-	args = strim(cmd);
-	verb = strsep(&args, " ");
+	ret = read_cmd(ubuf, len, cmd, sizeof(cmd), &verb, &args);
+	if (ret)
+		return ret;
 	mutex_lock(&im->lock);
 	if (!strcmp(verb, "attach") && args)
 		ret = importer_attach(im, args);
@@ -352,13 +362,9 @@ static ssize_t peer_write(struct file *f, const char __user *ubuf, size_t len, l
 	char cmd[96], *args, *verb;
 	int ret;
 
-	if (len >= sizeof(cmd))
-		return -EINVAL;
-	if (copy_from_user(cmd, ubuf, len))
-		return -EFAULT;
-	cmd[len] = '\0';
-	args = strim(cmd);
-	verb = strsep(&args, " ");
+	ret = read_cmd(ubuf, len, cmd, sizeof(cmd), &verb, &args);
+	if (ret)
+		return ret;
 	mutex_lock(&pu->lock);
 	if (!strcmp(verb, "acquire") && args)
 		ret = peer_acquire(pu, args);

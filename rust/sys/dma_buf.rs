@@ -22,12 +22,12 @@
 
 use core::{marker::PhantomData, ptr::NonNull};
 use kernel::{
-    bindings,
+    bindings, device,
     error::from_err_ptr,
     ffi::c_int,
     fs::File,
     mm::virt::VmaNew,
-    new_mutex,
+    new_mutex, pci,
     prelude::*,
     str::CStr,
     sync::{aref::ARef, Arc, Mutex},
@@ -80,12 +80,10 @@ impl Importer<'_> {
     /// address or the host bridge's mapping).
     pub(crate) fn reaches(&self, provider: &P2pProvider) -> bool {
         // SAFETY: the attachment's device is valid while it is attached.
-        let dev = unsafe { (*self.att.as_ptr()).dev };
-        // A device below a PCI function (a USB device behind its host
-        // controller) is not one: the map would fail (`dev_is_pci()`).
-        // SAFETY: as above; `pci_bus_type` is the PCI core's static.
-        let is_pci = unsafe { core::ptr::eq((*dev).bus, &raw const bindings::pci_bus_type) };
-        is_pci && provider.reaches(dev)
+        let dev = unsafe { device::Device::from_raw((*self.att.as_ptr()).dev) };
+        // Only a PCI function itself (not a device below one, such as a USB
+        // device behind its host controller): the map would fail.
+        <&pci::Device>::try_from(dev).is_ok_and(|pdev| provider.reaches(pdev))
     }
 }
 

@@ -21,7 +21,7 @@ fn raw(dev: &pci::Device) -> *mut bindings::pci_dev {
 }
 
 /// The function's `struct device`.
-fn raw_device(dev: &pci::Device) -> *mut bindings::device {
+pub(crate) fn raw_device(dev: &pci::Device) -> *mut bindings::device {
     // SAFETY: `dev` is a valid `struct pci_dev`, which embeds its device.
     unsafe { &raw mut (*raw(dev)).dev }
 }
@@ -397,15 +397,9 @@ impl P2pProvider {
         self.p.as_ptr()
     }
 
-    /// Whether `client` (any device, PCI or not) can reach the memory
-    /// (`pci_p2pdma_distance()` succeeds; quietly).
-    pub(crate) fn reaches(&self, client: *mut bindings::device) -> bool {
-        let mut clients = [client];
-        // SAFETY: `_dev` is valid (a counted reference); the caller passes a
-        // valid device; the array is read during the call.
-        unsafe {
-            bindings::pci_p2pdma_distance_many(raw(&self._dev), clients.as_mut_ptr(), 1, false) >= 0
-        }
+    /// Whether `client` can reach the memory (its P2PDMA [`distance`]).
+    pub(crate) fn reaches(&self, client: &pci::Device) -> bool {
+        distance(&self._dev, client).is_some()
     }
 }
 

@@ -9,7 +9,7 @@
 
 use core::ptr::NonNull;
 use kernel::{
-    bindings,
+    bindings, device,
     error::to_result,
     ffi::{c_int, c_void},
     pci,
@@ -20,7 +20,7 @@ use kernel::{
     types::ForeignOwnable,
 };
 
-use super::c;
+use super::{c, pci_p2pdma::raw_device};
 
 /// A client table another module registered.
 ///
@@ -151,7 +151,7 @@ impl ForeignCtx {
             return Err(EBUSY);
         }
         let f = self.client.table().dma_map.ok_or(EINVAL)?;
-        let raw_dev = device_of(dev);
+        let raw_dev = raw_device(dev);
         let sg = self.sg();
         let mut nmap: c_int = 0;
         // SAFETY: the client's callback on its own context and table; the
@@ -181,7 +181,7 @@ impl ForeignCtx {
         if let Some(f) = self.client.table().dma_unmap {
             let sg = self.sg();
             // SAFETY: mapped for `dev` by `dma_map`.
-            unsafe { f(sg, self.ctx, device_of(&dev)) };
+            unsafe { f(sg, self.ctx, raw_device(&dev)) };
         }
     }
 
@@ -203,17 +203,6 @@ impl Drop for ForeignCtx {
             // SAFETY: the context's one release (type invariant).
             unsafe { f(self.ctx) };
         }
-    }
-}
-
-fn device_of(dev: &pci::Device) -> *mut bindings::device {
-    // SAFETY: `pci::Device` is `#[repr(transparent)]` over `struct pci_dev`,
-    // which embeds its `struct device`.
-    unsafe {
-        &raw mut (*core::ptr::from_ref(dev)
-            .cast_mut()
-            .cast::<bindings::pci_dev>())
-        .dev
     }
 }
 
@@ -436,18 +425,9 @@ unsafe fn pci_of(dev: *mut bindings::device) -> Option<ARef<pci::Device>> {
     if dev.is_null() {
         return None;
     }
-    // SAFETY: valid (caller); `pci_bus_type` is the PCI core's static.
-    if !unsafe { core::ptr::eq((*dev).bus, &raw const bindings::pci_bus_type) } {
-        return None;
-    }
-    // SAFETY: a device on the PCI bus is embedded in a `struct pci_dev`
-    // (`to_pci_dev()`), which `pci::Device` is transparent over.
-    let pdev = unsafe {
-        &*dev
-            .byte_sub(core::mem::offset_of!(bindings::pci_dev, dev))
-            .cast::<pci::Device>()
-    };
-    Some(pdev.into())
+    // SAFETY: a valid device (caller), referenced during the call.
+    let dev = unsafe { device::Device::from_raw(dev) };
+    <&pci::Device>::try_from(dev).ok().map(ARef::from)
 }
 
 /// `p2pdirect_peer_dma_unmap()`.

@@ -13,9 +13,12 @@
  *   map	dma_buf_map_attachment(), bidirectional
  *   unmap	dma_buf_unmap_attachment()
  *   detach	dma_buf_detach() and dma_buf_put()
+ *   keep	the module takes the importer over: closing the file leaves
+ *		it attached (and mapped), and unloading the module releases it
+ *		(an RDMA driver unloaded while a memory region is registered)
  * Reading gives "attached A mapped M invalidations N segs S" and a line
  * "seg DMA_ADDR LEN" per DMA segment of the mapping (hex). Closing the file
- * unmaps and detaches.
+ * unmaps and detaches, unless kept.
  *
  * Each open file of p2pd_importer/peer is a consumer of p2pdirect's kernel
  * API (include/linux/p2pdirect.h), taking a user range of the writer:
@@ -25,6 +28,7 @@
  *   map	p2pdirect_peer_dma_map() again
  *   unmap	p2pdirect_peer_dma_unmap()
  *   release	p2pdirect_peer_put()
+ *   keep	as for ctl: the range stays held until the module unloads
  * Reading gives the same lines as ctl, "attached" meaning a range is held.
  */
 #include <linux/debugfs.h>
@@ -41,6 +45,7 @@ MODULE_IMPORT_NS("DMA_BUF");
 
 struct importer {
 	struct mutex lock;	/* serialises commands of this file */
+	struct list_head kept;	/* in kept_importers once kept */
 	struct dma_buf *buf;
 	struct dma_buf_attachment *att;
 	struct pci_dev *pdev;
@@ -50,6 +55,11 @@ struct importer {
 };
 
 static struct dentry *dir;
+
+/* What files gave the module ("keep"): released when it unloads. */
+static DEFINE_MUTEX(kept_lock);
+static LIST_HEAD(kept_importers);
+static LIST_HEAD(kept_peers);
 
 /* Reservation lock held by the caller (dma_buf_invalidate_mappings). */
 static void importer_invalidate(struct dma_buf_attachment *att)
@@ -190,6 +200,31 @@ static int read_cmd(const char __user *ubuf, size_t len, char *cmd, size_t size,
 	return 0;
 }
 
+/* Hands an importer or consumer to the module, once. */
+static int keep(struct list_head *node, struct list_head *list)
+{
+	int ret = -EALREADY;
+
+	mutex_lock(&kept_lock);
+	if (list_empty(node)) {
+		list_add_tail(node, list);
+		ret = 0;
+	}
+	mutex_unlock(&kept_lock);
+	return ret;
+}
+
+/* Whether the file still owns its importer or consumer (else the module does). */
+static bool owned(struct list_head *node)
+{
+	bool ret;
+
+	mutex_lock(&kept_lock);
+	ret = list_empty(node);
+	mutex_unlock(&kept_lock);
+	return ret;
+}
+
 static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, loff_t *pos)
 {
 	struct importer *im = f->private_data;
@@ -208,6 +243,8 @@ static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, lo
 		ret = im->att ? (importer_unmap(im), 0) : -ENOTCONN;
 	else if (!strcmp(verb, "detach"))
 		ret = im->att ? (importer_detach(im), 0) : -ENOTCONN;
+	else if (!strcmp(verb, "keep"))
+		ret = im->att ? keep(&im->kept, &kept_importers) : -ENOTCONN;
 	else
 		ret = -EINVAL;
 	mutex_unlock(&im->lock);
@@ -253,6 +290,7 @@ static int ctl_open(struct inode *inode, struct file *f)
 	if (!im)
 		return -ENOMEM;
 	mutex_init(&im->lock);
+	INIT_LIST_HEAD(&im->kept);
 	f->private_data = im;
 	return nonseekable_open(inode, f);
 }
@@ -261,6 +299,8 @@ static int ctl_release(struct inode *inode, struct file *f)
 {
 	struct importer *im = f->private_data;
 
+	if (!owned(&im->kept))
+		return 0;
 	importer_detach(im);
 	mutex_destroy(&im->lock);
 	kfree(im);
@@ -279,6 +319,7 @@ static const struct file_operations ctl_fops = {
 
 struct peer_user {
 	struct mutex lock;	/* serialises commands of this file */
+	struct list_head kept;	/* in kept_peers once kept */
 	struct p2pdirect_peer_mem *mem;
 	struct pci_dev *pdev;
 	struct p2pdirect_peer_seg segs[PEER_SEGS];
@@ -376,6 +417,8 @@ static ssize_t peer_write(struct file *f, const char __user *ubuf, size_t len, l
 		ret = peer_unmap(pu);
 	else if (!strcmp(verb, "release"))
 		ret = (peer_release(pu), 0);
+	else if (!strcmp(verb, "keep"))
+		ret = keep(&pu->kept, &kept_peers);
 	else
 		ret = -EINVAL;
 	mutex_unlock(&pu->lock);
@@ -416,6 +459,7 @@ static int peer_open(struct inode *inode, struct file *f)
 	if (!pu)
 		return -ENOMEM;
 	mutex_init(&pu->lock);
+	INIT_LIST_HEAD(&pu->kept);
 	f->private_data = pu;
 	return nonseekable_open(inode, f);
 }
@@ -424,6 +468,8 @@ static int peer_file_release(struct inode *inode, struct file *f)
 {
 	struct peer_user *pu = f->private_data;
 
+	if (!owned(&pu->kept))
+		return 0;
 	peer_release(pu);
 	mutex_destroy(&pu->lock);
 	kfree(pu);
@@ -446,9 +492,28 @@ static int __init importer_init(void)
 	return 0;
 }
 
+/* No file is open (each holds the module): what is kept is the module's alone. */
 static void __exit importer_exit(void)
 {
+	struct peer_user *pu, *pn;
+	struct importer *im, *in;
+
 	debugfs_remove_recursive(dir);
+	list_for_each_entry_safe(im, in, &kept_importers, kept) {
+		if (im->att)
+			pr_info("p2pd_importer: unloading: %s detaches\n", pci_name(im->pdev));
+		importer_detach(im);
+		mutex_destroy(&im->lock);
+		kfree(im);
+	}
+	list_for_each_entry_safe(pu, pn, &kept_peers, kept) {
+		if (pu->mem)
+			pr_info("p2pd_importer: unloading: %s releases its range\n",
+				pci_name(pu->pdev));
+		peer_release(pu);
+		mutex_destroy(&pu->lock);
+		kfree(pu);
+	}
 }
 
 module_init(importer_init);

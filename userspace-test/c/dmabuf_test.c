@@ -10,7 +10,8 @@
  * that cannot reach the memory, refuse P2P or cannot be revoked are refused;
  * FREE, close and process exit revoke (the importer is told, later maps
  * fail, CPU mappings of the dma-buf get SIGBUS); the memory returns to the
- * provider only after the importer unmapped; bad input gets its errno.
+ * provider only after the importer unmapped, or its module unloaded; bad
+ * input gets its errno.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -69,20 +70,6 @@ static int do_export(int fd, __u64 handle, __u64 off, __u64 size, __u32 flags)
 	if (ioctl(fd, P2PDIRECT_IOC_EXPORT_DMABUF, &e))
 		return -errno;
 	return e.fd;
-}
-
-/* STATS' pinned_bytes of the provider at PCI address @addr (0: no row). */
-static __u64 pinned_bytes(int fd, __u32 addr)
-{
-	struct p2pdirect_stat st[32];
-	struct p2pdirect_stats req = { .entries = (uintptr_t)st, .capacity = 32 };
-
-	if (ioctl(fd, P2PDIRECT_IOC_STATS, &req))
-		return ~0ull;
-	for (unsigned int i = 0; i < req.count && i < 32; i++)
-		if (st[i].kind == P2PDIRECT_STAT_PROVIDER && st[i].id == addr)
-			return st[i].pinned_bytes;
-	return 0;
 }
 
 /*
@@ -164,6 +151,9 @@ FIXTURE_SETUP(db)
 
 FIXTURE_TEARDOWN(db)
 {
+	/* importer_unload_releases_the_memory unloads the importer: back. */
+	if (access("/sys/module/p2pd_importer", F_OK) && system("insmod /p2pd_importer.ko"))
+		TH_LOG("could not load p2pd_importer.ko again");
 	close(self->ctl);
 	close(self->fd);
 }
@@ -324,6 +314,39 @@ TEST_F(db, memory_returns_only_after_the_importer_unmapped)
 	ASSERT_EQ(0, tm_cmd(self->ctl, "unmap"));
 	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 	close(buf);
+}
+
+/*
+ * An importer module unloaded while it holds a mapping (an RDMA driver
+ * removed with a memory region registered) unmaps and detaches in its exit:
+ * the freed allocation it kept from reuse goes back then, and nothing stays
+ * pinned.
+ */
+TEST_F(db, importer_unload_releases_the_memory)
+{
+	struct p2pdirect_alloc a;
+	__u64 before, pinned;
+	int buf;
+
+	before = provider_used_bytes(self->fd, self->gpu.index);
+	pinned = pinned_bytes(self->fd, self->gpu.pci_addr);
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, 2 * MiB, &a));
+	buf = do_export(self->fd, a.handle, 0, 0, 0);
+	ASSERT_GE(buf, 0);
+	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s lazy", buf, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "map"));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "keep"));
+	EXPECT_EQ(-EALREADY, tm_cmd(self->ctl, "keep"));
+	/* The importer outlives the file and the dma-buf fd (it holds the dma-buf). */
+	close(self->ctl);
+	self->ctl = -1;
+	close(buf);
+	EXPECT_EQ(pinned + 2 * MiB, pinned_bytes(self->fd, self->gpu.pci_addr));
+	ASSERT_EQ(0, do_free(self->fd, a.handle));
+	EXPECT_EQ(before + 2 * MiB, provider_used_bytes(self->fd, self->gpu.index));
+	ASSERT_EQ(0, system("rmmod p2pd_importer"));
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
+	EXPECT_EQ(pinned, pinned_bytes(self->fd, self->gpu.pci_addr));
 }
 
 /* Closing the /dev/p2pdirect file (or exiting) revokes its exports. */

@@ -13,7 +13,7 @@
  * once it is told; an outside client's memory is claimed by that client
  * (DMA_PROBE says so), serves DMA mappings but not REGISTER or READ, and
  * its invalidation reaches the consumer; unloading the client invalidates
- * what consumers keep.
+ * what consumers keep; unloading a consumer that holds a range releases it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -78,6 +78,9 @@ FIXTURE_TEARDOWN(ka)
 	/* client_unload_invalidates unloads the client: whatever happened, back. */
 	if (access("/sys/module/p2pd_client", F_OK) && system("insmod /p2pd_client.ko"))
 		TH_LOG("could not load p2pd_client.ko again");
+	/* consumer_unload_releases_its_range unloads the consumer: back too. */
+	if (access("/sys/module/p2pd_importer", F_OK) && system("insmod /p2pd_importer.ko"))
+		TH_LOG("could not load p2pd_importer.ko again");
 	close(self->peer);
 	close(self->ns_fd);
 	close(self->fd);
@@ -157,6 +160,32 @@ TEST_F(ka, free_invalidates_the_consumer)
 	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
 	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+}
+
+/*
+ * A consumer module unloaded while it holds a mapped range puts it in its
+ * exit: the pins go, and FREE gives the memory back at once.
+ */
+TEST_F(ka, consumer_unload_releases_its_range)
+{
+	__u64 before = provider_used_bytes(self->fd, self->gpu.index);
+	__u64 pinned = pinned_bytes(self->fd, self->gpu.pci_addr);
+	struct p2pdirect_free f;
+	struct p2pdirect_alloc a;
+	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
+
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, MiB, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->peer, "keep"));
+	EXPECT_EQ(-EALREADY, tm_cmd(self->peer, "keep"));
+	close(self->peer);
+	self->peer = -1;
+	EXPECT_EQ(pinned + MiB, pinned_bytes(self->fd, self->gpu.pci_addr));
+	ASSERT_EQ(0, system("rmmod p2pd_importer"));
+	EXPECT_EQ(pinned, pinned_bytes(self->fd, self->gpu.pci_addr));
+	munmap(p, MiB);
+	f.handle = a.handle;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &f));
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 }
 
 /* Another module's client: its memory, its DMA mappings, its invalidation. */

@@ -162,6 +162,20 @@ static inline __u64 provider_used_bytes(int fd, __u32 index)
 			return p[i].bytes_used;
 	return ~0ull;
 }
+
+/* STATS' pinned_bytes of the provider at PCI address @addr (0: no row). */
+static inline __u64 pinned_bytes(int fd, __u32 addr)
+{
+	struct p2pdirect_stat st[32];
+	struct p2pdirect_stats req = { .entries = (uintptr_t)st, .capacity = 32 };
+
+	if (ioctl(fd, P2PDIRECT_IOC_STATS, &req))
+		return ~0ull;
+	for (unsigned int i = 0; i < req.count && i < 32; i++)
+		if (st[i].kind == P2PDIRECT_STAT_PROVIDER && st[i].id == addr)
+			return st[i].pinned_bytes;
+	return 0;
+}
 #endif
 
 /*

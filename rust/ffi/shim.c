@@ -6,7 +6,6 @@
  * wrappers state the invariants each call relies on.
  */
 #include <linux/blkdev.h>
-#include <linux/dma-resv.h>
 #include <linux/export.h>
 #include <linux/fs.h>
 #include <linux/fsnotify.h>
@@ -172,19 +171,6 @@ bool p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
 void p2pdirect_kiocb_end_write(struct kiocb *k)
 {
 	kiocb_end_write(k);
-}
-
-/* --- dma-buf ------------------------------------------------------------- */
-
-/* Without an acquire context the lock cannot fail (no -EDEADLK). */
-void p2pdirect_dma_resv_lock(struct dma_resv *resv)
-{
-	dma_resv_lock(resv, NULL);
-}
-
-void p2pdirect_dma_resv_unlock(struct dma_resv *resv)
-{
-	dma_resv_unlock(resv);
 }
 
 /* --- The kernel API (include/linux/p2pdirect.h), defined in Rust -------- */

@@ -41,8 +41,4 @@ bool p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
 			  void (*complete)(struct kiocb *, long), bool nowait);
 void p2pdirect_kiocb_end_write(struct kiocb *k);
 
-struct dma_resv;
-void p2pdirect_dma_resv_lock(struct dma_resv *resv);
-void p2pdirect_dma_resv_unlock(struct dma_resv *resv);
-
 #endif /* P2PDIRECT_SHIM_H */

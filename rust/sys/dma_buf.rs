@@ -161,7 +161,8 @@ impl<T: Exporter> Exported<T> {
         // lives as long as it does.
         unsafe {
             let resv = (*buf).resv;
-            c::p2pdirect_dma_resv_lock(resv);
+            // Without an acquire context the lock cannot fail (no `-EDEADLK`).
+            bindings::dma_resv_lock(resv, core::ptr::null_mut());
             mark();
             bindings::dma_buf_invalidate_mappings(buf);
             bindings::dma_resv_wait_timeout(
@@ -171,7 +172,7 @@ impl<T: Exporter> Exported<T> {
                 // MAX_SCHEDULE_TIMEOUT (LONG_MAX)
                 kernel::ffi::c_ulong::MAX >> 1,
             );
-            c::p2pdirect_dma_resv_unlock(resv);
+            bindings::dma_resv_unlock(resv);
             raw.mapping.zap(0, (*buf).size as u64);
         }
     }

@@ -1650,8 +1650,12 @@ static void op_export(struct worker *w)
 	if (e.fd >= 0) {
 		off_t end = lseek(e.fd, 0, SEEK_END);
 
-		/* Another thread may have freed a shared allocation: the size holds. */
-		expect(w, want && a->reliable && end != (off_t)want,
+		/*
+		 * Only of an allocation no other thread can have freed, and that
+		 * this thread did not free: a freed one's handle may name a newer
+		 * allocation of the file (handles are recycled per file).
+		 */
+		expect(w, want && a->reliable && !a->freed && end != (off_t)want,
 		       "EXPORT_DMABUF of %#llx bytes gave a dma-buf of %lld",
 		       (unsigned long long)want, (long long)end);
 		if (end > 0 && chance(w, 30)) {

@@ -14,6 +14,8 @@
 #                                  - dn3 (dev 3): NVMe "p2pmp-sw" controller A  } subsystem
 #                                  - dn4 (dev 4): NVMe "p2pmp-sw" controller B  } p2pmp-sw
 #                                  - dn5 (dev 5): NVMe "p2pmp-mix" controller C } subsystem
+#                                  - dn6 (dev 6): edu, QEMU's DMA test device: the
+#                                                 NIC p2pd_importer.ko drives
 #          - rp2 - NVMe "p2pmp-mix" controller D (own root port)              } p2pmp-mix
 #          - rp1 - NVMe "p2pnvme-rp" (own root port: not P2P-reachable)
 # NVMe namespaces (NSIDs unique in the VM, 512-byte LBAs; the images are
@@ -210,7 +212,9 @@ qemu=(qemu-system-x86_64 -machine "$machine" "${cpu[@]}" "${iommu[@]}" -smp 2 -m
 	-device nvme,id=nvmmpc,serial=p2pmp-mix,subsys=mpmix,bus=dn5
 	-device nvme,id=nvmmpd,serial=p2pmp-mix,subsys=mpmix,bus=rp2
 	-drive "file=$run/ns6.img,if=none,id=ns6,format=raw"
-	-device nvme-ns,drive=ns6,bus=nvmmpc,nsid=6,shared=on,logical_block_size=512)
+	-device nvme-ns,drive=ns6,bus=nvmmpc,nsid=6,shared=on,logical_block_size=512
+	-device xio3130-downstream,id=dn6,bus=up0,chassis=10,slot=6,addr=0x6
+	-device edu,bus=dn6,dma_mask=0xffffffffffffffff)
 case "$mode" in check | demo) qemu+=(-trace "events=$here/nvme-trace.events" -D "$run/nvme-trace.log") ;; esac
 printf '%q ' "${qemu[@]}" >"$run/qemu.cmd"
 

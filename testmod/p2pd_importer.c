@@ -13,6 +13,12 @@
  *   map	dma_buf_map_attachment(), bidirectional
  *   unmap	dma_buf_unmap_attachment()
  *   detach	dma_buf_detach() and dma_buf_put()
+ *   dma OFF LEN SEED
+ *	the importer's device DMAs LEN (<= 4096) bytes of the pattern
+ *	byte j = (j * 7 + SEED) & 0xff to byte OFF of its mapping (hex OFF
+ *	and LEN, one DMA segment): an RDMA write. Only for an importer
+ *	attached for the edu device (QEMU's educational PCI device,
+ *	1234:11e8, whose DMA engine this module drives as its PCI driver)
  *   keep	the module takes the importer over: closing the file leaves
  *		it attached (and mapped), and unloading the module releases it
  *		(an RDMA driver unloaded while a memory region is registered)
@@ -32,7 +38,10 @@
  * Reading gives the same lines as ctl, "attached" meaning a range is held.
  */
 #include <linux/debugfs.h>
+#include <linux/delay.h>
 #include <linux/dma-buf.h>
+#include <linux/dma-mapping.h>
+#include <linux/io.h>
 #include <linux/dma-resv.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -55,6 +64,115 @@ struct importer {
 };
 
 static struct dentry *dir;
+
+/*
+ * The edu device: a 4 KiB buffer and a DMA engine copying between it and a
+ * bus address, one transfer at a time, done about 100 ms after it starts.
+ */
+#define EDU_DMA_SRC	0x80
+#define EDU_DMA_DST	0x88
+#define EDU_DMA_CNT	0x90
+#define EDU_DMA_CMD	0x98
+#define EDU_DMA_RUN	0x1
+#define EDU_DMA_TO_PCI	0x2
+#define EDU_BUF		0x40000
+#define EDU_BUF_SIZE	4096
+
+static struct {
+	struct mutex lock;	/* serialises transfers and binding */
+	struct pci_dev *pdev;	/* bound, or NULL */
+	void __iomem *regs;
+	u8 *buf;		/* coherent: what the engine fetches */
+	dma_addr_t buf_dma;
+} edu = { .lock = __MUTEX_INITIALIZER(edu.lock) };
+
+/* One transfer of @len bytes from @src to @dst; waits up to 5 s for it. */
+static int edu_transfer(u64 src, u64 dst, u64 len, u64 cmd)
+{
+	int i;
+
+	writeq(src, edu.regs + EDU_DMA_SRC);
+	writeq(dst, edu.regs + EDU_DMA_DST);
+	writeq(len, edu.regs + EDU_DMA_CNT);
+	writeq(cmd | EDU_DMA_RUN, edu.regs + EDU_DMA_CMD);
+	for (i = 0; i < 250; i++) {
+		if (!(readq(edu.regs + EDU_DMA_CMD) & EDU_DMA_RUN))
+			return 0;
+		msleep(20);
+	}
+	return -ETIMEDOUT;
+}
+
+/* @pdev's edu engine writes @len pattern bytes at bus or DMA address @addr. */
+static int edu_write(struct pci_dev *pdev, u64 addr, u32 len, u8 seed)
+{
+	int ret = -EOPNOTSUPP;
+	u32 j;
+
+	mutex_lock(&edu.lock);
+	if (edu.pdev && edu.pdev == pdev) {
+		for (j = 0; j < len; j++)
+			edu.buf[j] = j * 7 + seed;
+		ret = edu_transfer(edu.buf_dma, EDU_BUF, len, 0);
+		if (!ret)
+			ret = edu_transfer(EDU_BUF, addr, len, EDU_DMA_TO_PCI);
+	}
+	mutex_unlock(&edu.lock);
+	return ret;
+}
+
+static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	void __iomem *regs;
+	int ret;
+
+	ret = pcim_enable_device(pdev);
+	if (ret)
+		return ret;
+	regs = pcim_iomap_region(pdev, 0, "p2pd_importer");
+	if (IS_ERR(regs))
+		return PTR_ERR(regs);
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
+	if (ret)
+		return ret;
+	pci_set_master(pdev);
+	mutex_lock(&edu.lock);
+	if (edu.pdev) {
+		ret = -EBUSY;
+		goto out;
+	}
+	edu.buf = dmam_alloc_coherent(&pdev->dev, EDU_BUF_SIZE, &edu.buf_dma, GFP_KERNEL);
+	if (!edu.buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	edu.regs = regs;
+	edu.pdev = pdev;
+out:
+	mutex_unlock(&edu.lock);
+	return ret;
+}
+
+static void edu_remove(struct pci_dev *pdev)
+{
+	mutex_lock(&edu.lock);
+	edu.pdev = NULL;
+	edu.regs = NULL;
+	edu.buf = NULL;
+	mutex_unlock(&edu.lock);
+}
+
+static const struct pci_device_id edu_ids[] = {
+	{ PCI_DEVICE(0x1234, 0x11e8) },
+	{ }
+};
+
+static struct pci_driver edu_driver = {
+	.name = "p2pd_importer",
+	.id_table = edu_ids,
+	.probe = edu_probe,
+	.remove = edu_remove,
+};
 
 /* What files gave the module ("keep"): released when it unloads. */
 static DEFINE_MUTEX(kept_lock);
@@ -186,6 +304,42 @@ out:
 	return ret;
 }
 
+/*
+ * "dma OFF LEN SEED": through the mapping, under the reservation lock (a
+ * revocation waits for the transfer, as for an importer's DMA in flight).
+ */
+static int importer_dma(struct importer *im, char *args)
+{
+	char *off_s = strsep(&args, " "), *len_s = strsep(&args, " "), *seed_s = args;
+	struct scatterlist *sg;
+	u64 off, len, at;
+	unsigned int i;
+	int ret = -ENOTCONN;
+	u8 seed;
+
+	if (!off_s || !len_s || !seed_s || kstrtou64(off_s, 16, &off) ||
+	    kstrtou64(len_s, 16, &len) || kstrtou8(seed_s, 10, &seed) || !len ||
+	    len > EDU_BUF_SIZE)
+		return -EINVAL;
+	if (!im->att)
+		return -ENOTCONN;
+	dma_resv_lock(im->buf->resv, NULL);
+	if (!im->sgt)
+		goto out;
+	ret = -ERANGE;
+	at = 0;
+	for_each_sgtable_dma_sg(im->sgt, sg, i) {
+		if (off >= at && off - at + len <= sg_dma_len(sg)) {
+			ret = edu_write(im->pdev, sg_dma_address(sg) + off - at, len, seed);
+			break;
+		}
+		at += sg_dma_len(sg);
+	}
+out:
+	dma_resv_unlock(im->buf->resv);
+	return ret;
+}
+
 /* Copies one command in: its verb and the rest (NULL if none). */
 static int read_cmd(const char __user *ubuf, size_t len, char *cmd, size_t size, char **verb,
 		    char **args)
@@ -243,6 +397,8 @@ static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, lo
 		ret = im->att ? (importer_unmap(im), 0) : -ENOTCONN;
 	else if (!strcmp(verb, "detach"))
 		ret = im->att ? (importer_detach(im), 0) : -ENOTCONN;
+	else if (!strcmp(verb, "dma") && args)
+		ret = importer_dma(im, args);
 	else if (!strcmp(verb, "keep"))
 		ret = im->att ? keep(&im->kept, &kept_importers) : -ENOTCONN;
 	else
@@ -486,6 +642,10 @@ static const struct file_operations peer_fops = {
 
 static int __init importer_init(void)
 {
+	int ret = pci_register_driver(&edu_driver);
+
+	if (ret)
+		return ret;
 	dir = debugfs_create_dir("p2pd_importer", NULL);
 	debugfs_create_file("ctl", 0600, dir, NULL, &ctl_fops);
 	debugfs_create_file("peer", 0600, dir, NULL, &peer_fops);
@@ -514,6 +674,7 @@ static void __exit importer_exit(void)
 		mutex_destroy(&pu->lock);
 		kfree(pu);
 	}
+	pci_unregister_driver(&edu_driver);
 }
 
 module_init(importer_init);

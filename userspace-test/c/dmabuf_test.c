@@ -6,7 +6,9 @@
  * controller behind the GPUs' switch stands in for the NIC).
  *
  * What is checked: the DMA addresses the importer gets lie in the GPU's BAR
- * window (sysfs resource file) at the allocation's bus address; importers
+ * window (sysfs resource file) at the allocation's bus address, and a DMA
+ * through them (QEMU's edu device, driven by the importer) lands there, and
+ * after FREE only in memory the importer still holds; importers
  * that cannot reach the memory, refuse P2P or cannot be revoked are refused;
  * FREE, close and process exit revoke (the importer is told, later maps
  * fail, CPU mappings of the dma-buf get SIGBUS); the memory returns to the
@@ -197,6 +199,91 @@ TEST_F(db, map_gives_bus_addresses_in_the_bar_window)
 	EXPECT_EQ(0, tm_cmd(self->ctl, "detach"));
 	close(buf);
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
+}
+
+/* The PCI address of the edu device p2pd_importer.ko drives, in @bdf. */
+static int edu_bdf(char *bdf, size_t size)
+{
+	glob_t g;
+	int ok;
+
+	if (glob("/sys/bus/pci/drivers/p2pd_importer/0000:*", 0, NULL, &g))
+		return 0;
+	ok = g.gl_pathc == 1;
+	if (ok)
+		snprintf(bdf, size, "%s", strrchr(g.gl_pathv[0], '/') + 1);
+	globfree(&g);
+	return ok;
+}
+
+/* Whether the 4 KiB at @p hold the importer's "dma" pattern of @seed. */
+static int holds_pattern(const uint8_t *p, uint8_t seed)
+{
+	for (unsigned int j = 0; j < PAGE; j++)
+		if (p[j] != (uint8_t)(j * 7 + seed))
+			return 0;
+	return 1;
+}
+
+static int all_zero(const uint8_t *p, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
+/*
+ * A peer's DMA through its mapping (an RDMA write: the edu device behind the
+ * switch, driven by the importer) lands in the allocation at the offset it
+ * was aimed at. After FREE an importer slow to unmap may still write: that
+ * lands in the memory it holds, never in memory handed to a new allocation.
+ * The host checks the GPU file (HOSTCHECK records).
+ */
+TEST_F(db, peer_dma_lands_in_the_allocation_never_in_reused_memory)
+{
+	struct p2pdirect_alloc a, b;
+	char edu[32], gpu[32];
+	uint8_t *p, *q;
+	int buf;
+
+	ASSERT_TRUE(edu_bdf(edu, sizeof(edu))) TH_LOG("no edu device bound to p2pd_importer");
+	pci_name(self->gpu.pci_addr, gpu, sizeof(gpu));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, 2 * MiB, &a));
+	p = mmap(NULL, 2 * MiB, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset);
+	ASSERT_NE(MAP_FAILED, p);
+	buf = do_export(self->fd, a.handle, 0, 0, 0);
+	ASSERT_GE(buf, 0);
+	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s lazy", buf, edu));
+	EXPECT_EQ(-ENOTCONN, tm_cmd(self->ctl, "dma 1000 1000 11"));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "map"));
+	EXPECT_EQ(-EINVAL, tm_cmd(self->ctl, "dma 1000 1001 11"));
+	EXPECT_EQ(-ERANGE, tm_cmd(self->ctl, "dma 1ff800 1000 11"));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "dma 1000 1000 11"));
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu seed=11 guard=64\n", gpu,
+	       (unsigned long long)(a.provider_offset + 0x1000), PAGE);
+	EXPECT_TRUE(holds_pattern(p + 0x1000, 11));
+	EXPECT_TRUE(all_zero(p, 0x1000));
+	EXPECT_TRUE(all_zero(p + 0x2000, 2 * MiB - 0x2000));
+	munmap(p, 2 * MiB);
+
+	/* Freed; the importer keeps its mapping, and with it the memory. */
+	ASSERT_EQ(0, do_free(self->fd, a.handle));
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, 2 * MiB, &b));
+	EXPECT_TRUE(b.provider_offset + b.size <= a.provider_offset ||
+		    b.provider_offset >= a.provider_offset + a.size);
+	q = mmap(NULL, 2 * MiB, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, b.mmap_offset);
+	ASSERT_NE(MAP_FAILED, q);
+	ASSERT_EQ(0, tm_cmd(self->ctl, "dma 1000 1000 29"));
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu seed=29 guard=0\n", gpu,
+	       (unsigned long long)(a.provider_offset + 0x1000), PAGE);
+	EXPECT_TRUE(all_zero(q, 2 * MiB));
+	/* Once it unmapped, it has nothing to write through. */
+	ASSERT_EQ(0, tm_cmd(self->ctl, "unmap"));
+	EXPECT_EQ(-ENOTCONN, tm_cmd(self->ctl, "dma 1000 1000 29"));
+	munmap(q, 2 * MiB);
+	EXPECT_EQ(0, do_free(self->fd, b.handle));
+	close(buf);
 }
 
 /* The controller at a root port has no P2P path to the GPU. */

@@ -68,6 +68,8 @@ static struct dentry *dir;
 /*
  * The edu device: a 4 KiB buffer and a DMA engine copying between it and a
  * bus address, one transfer at a time, done about 100 ms after it starts.
+ * QEMU 7.2 stops the whole VM (hw_error) for a transfer that reaches the
+ * buffer's last byte, so at most EDU_CHUNK bytes go at a time.
  */
 #define EDU_DMA_SRC	0x80
 #define EDU_DMA_DST	0x88
@@ -77,6 +79,7 @@ static struct dentry *dir;
 #define EDU_DMA_TO_PCI	0x2
 #define EDU_BUF		0x40000
 #define EDU_BUF_SIZE	4096
+#define EDU_CHUNK	2048
 
 static struct {
 	struct mutex lock;	/* serialises transfers and binding */
@@ -113,9 +116,13 @@ static int edu_write(struct pci_dev *pdev, u64 addr, u32 len, u8 seed)
 	if (edu.pdev && edu.pdev == pdev) {
 		for (j = 0; j < len; j++)
 			edu.buf[j] = j * 7 + seed;
-		ret = edu_transfer(edu.buf_dma, EDU_BUF, len, 0);
-		if (!ret)
-			ret = edu_transfer(EDU_BUF, addr, len, EDU_DMA_TO_PCI);
+		for (j = 0, ret = 0; j < len && !ret; j += EDU_CHUNK) {
+			u32 n = min(len - j, EDU_CHUNK);
+
+			ret = edu_transfer(edu.buf_dma + j, EDU_BUF, n, 0);
+			if (!ret)
+				ret = edu_transfer(EDU_BUF, addr + j, n, EDU_DMA_TO_PCI);
+		}
 	}
 	mutex_unlock(&edu.lock);
 	return ret;

@@ -9,8 +9,8 @@
  *
  * What is checked: a consumer gets the allocation's bus addresses (in the
  * GPU's BAR window), is refused for an unreachable device or for RAM, is
- * told on FREE and sees later maps fail; the memory returns to the provider
- * once it is told; an outside client's memory is claimed by that client
+ * told on FREE, close, process exit and GPU unbind and sees later maps
+ * fail; the memory returns to the provider once it is told; an outside client's memory is claimed by that client
  * (DMA_PROBE says so), serves DMA mappings but not REGISTER or READ, and
  * its invalidation reaches the consumer; unloading the client invalidates
  * what consumers keep; unloading a consumer that holds a range releases it.
@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <linux/p2pdirect.h>
@@ -160,6 +161,99 @@ TEST_F(ka, free_invalidates_the_consumer)
 	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
 	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+}
+
+/*
+ * Closing the /dev/p2pdirect file that owns the memory, and the exit of the
+ * process that does, reach the consumer like FREE: told, unmapped, the
+ * memory back at once.
+ */
+TEST_F(ka, close_and_exit_invalidate_the_consumer)
+{
+	__u64 before = provider_used_bytes(self->fd, self->gpu.index);
+	struct p2pdirect_alloc a;
+	struct tm_state st;
+	int fd, status;
+	pid_t pid;
+	char *p;
+
+	fd = open("/dev/p2pdirect", O_RDWR | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	p = alloc_map(_metadata, fd, self->gpu.index, MiB, &a);
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, MiB, self->sw));
+	/* The mapping holds the file: the memory goes with the last reference. */
+	munmap(p, MiB);
+	close(fd);
+	ASSERT_EQ(0, tm_state(self->peer, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+
+	/* A child's memory, taken through the consumer file it inherited. */
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (!pid) {
+		struct p2pdirect_alloc ca = { .provider = self->gpu.index, .size = MiB };
+		int cfd = open("/dev/p2pdirect", O_RDWR);
+		void *cp;
+
+		if (cfd < 0 || ioctl(cfd, P2PDIRECT_IOC_ALLOC, &ca))
+			_exit(2);
+		cp = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, ca.mmap_offset);
+		if (cp == MAP_FAILED)
+			_exit(3);
+		_exit(tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)cp, MiB, self->sw) ?
+		      4 : 0);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(0, WEXITSTATUS(status));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
+	EXPECT_EQ(2u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+}
+
+/*
+ * Removal of the GPU reaches a consumer of its memory, and completes (the
+ * consumer is told, p2pdirect unmaps and unpins); the GPU binds again.
+ */
+TEST_F(ka, gpu_unbind_invalidates_the_consumer)
+{
+	struct p2pdirect_provider_info p[8], g = { 0 };
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	struct p2pdirect_alloc a;
+	struct tm_state st;
+	char bdf[32];
+	int back = 0;
+	char *m;
+
+	/* The last GPU listed: rebound, it is listed last again. */
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_BAR)
+			g = p[i];
+	ASSERT_EQ((__u32)P2PDIRECT_PROVIDER_BAR, g.kind);
+	pci_name(g.pci_addr, bdf, sizeof(bdf));
+	m = alloc_map(_metadata, self->fd, g.index, MiB, &a);
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)m, MiB, self->sw));
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/unbind", bdf));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+	munmap(m, MiB);
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &(struct p2pdirect_free){ .handle = a.handle }));
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", bdf));
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_BAR)
+			back = p[i].pci_addr == g.pci_addr && p[i].bytes_used == 0;
+	EXPECT_TRUE(back);
 }
 
 /*

@@ -242,8 +242,7 @@ static int all_zero(const uint8_t *p, size_t len)
  */
 TEST_F(db, peer_dma_lands_in_the_allocation_never_in_reused_memory)
 {
-	struct p2pdirect_provider_info p[8], g = { 0 };
-	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	struct p2pdirect_provider_info g = { 0 };
 	struct p2pdirect_alloc low, a, b;
 	char edu[32], gpu[32];
 	uint8_t *m, *q;
@@ -254,11 +253,7 @@ TEST_F(db, peer_dma_lands_in_the_allocation_never_in_reused_memory)
 	 * The last GPU, past its first 4 MiB: the suites after this one
 	 * allocate little there, so the host likely still finds these bytes.
 	 */
-	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
-	for (unsigned int i = 0; i < req.count && i < 8; i++)
-		if (p[i].kind == P2PDIRECT_PROVIDER_BAR)
-			g = p[i];
-	ASSERT_EQ((__u32)P2PDIRECT_PROVIDER_BAR, g.kind);
+	ASSERT_EQ(0, last_gpu(self->fd, &g));
 	pci_name(g.pci_addr, gpu, sizeof(gpu));
 	ASSERT_EQ(0, do_alloc(self->fd, g.index, 4 * MiB, &low));
 	ASSERT_EQ(0, do_alloc(self->fd, g.index, 2 * MiB, &a));
@@ -578,15 +573,8 @@ TEST_F(db, gpu_unbind_waits_for_the_importer)
 	pthread_t t;
 	int buf, back = 0;
 
-	/*
-	 * The last GPU listed: a rebound device is listed last, so the order
-	 * the later suites (and the host's records) rely on stays the same.
-	 */
-	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
-	for (unsigned int i = 0; i < req.count && i < 8; i++)
-		if (p[i].kind == P2PDIRECT_PROVIDER_BAR)
-			g = p[i];
-	ASSERT_EQ((__u32)P2PDIRECT_PROVIDER_BAR, g.kind);
+	/* The last GPU listed (see last_gpu()). */
+	ASSERT_EQ(0, last_gpu(self->fd, &g));
 	pci_name(g.pci_addr, u.bdf, sizeof(u.bdf));
 	ASSERT_EQ(0, do_alloc(self->fd, g.index, MiB, &a));
 	buf = do_export(self->fd, a.handle, 0, 0, 0);

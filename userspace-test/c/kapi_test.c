@@ -231,12 +231,8 @@ TEST_F(ka, gpu_unbind_invalidates_the_consumer)
 	int back = 0;
 	char *m;
 
-	/* The last GPU listed: rebound, it is listed last again. */
-	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
-	for (unsigned int i = 0; i < req.count && i < 8; i++)
-		if (p[i].kind == P2PDIRECT_PROVIDER_BAR)
-			g = p[i];
-	ASSERT_EQ((__u32)P2PDIRECT_PROVIDER_BAR, g.kind);
+	/* The last GPU listed (see last_gpu()). */
+	ASSERT_EQ(0, last_gpu(self->fd, &g));
 	pci_name(g.pci_addr, bdf, sizeof(bdf));
 	m = alloc_map(_metadata, self->fd, g.index, MiB, &a);
 	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)m, MiB, self->sw));

@@ -163,6 +163,27 @@ static inline __u64 provider_used_bytes(int fd, __u32 index)
 	return ~0ull;
 }
 
+/*
+ * The last emulated GPU (BAR provider) LIST_PROVIDERS gives on @fd, in @g;
+ * -1 if none. A GPU unbound and bound again is listed last, so this is the
+ * one tests unbind without changing the order later suites rely on.
+ */
+static inline int last_gpu(int fd, struct p2pdirect_provider_info *g)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	int found = -1;
+
+	if (ioctl(fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req))
+		return -1;
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_BAR) {
+			*g = p[i];
+			found = 0;
+		}
+	return found;
+}
+
 /* STATS' pinned_bytes of the provider at PCI address @addr (0: no row). */
 static inline __u64 pinned_bytes(int fd, __u32 addr)
 {

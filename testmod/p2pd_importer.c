@@ -42,6 +42,7 @@
 #include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
 #include <linux/io.h>
+#include <linux/io-64-nonatomic-lo-hi.h>
 #include <linux/dma-resv.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -84,6 +85,7 @@ static struct dentry *dir;
 static struct {
 	struct mutex lock;	/* serialises transfers and binding */
 	struct pci_dev *pdev;	/* bound, or NULL */
+	bool stuck;		/* a transfer timed out: bus mastering is off */
 	void __iomem *regs;
 	u8 *buf;		/* coherent: what the engine fetches */
 	dma_addr_t buf_dma;
@@ -103,6 +105,10 @@ static int edu_transfer(u64 src, u64 dst, u64 len, u64 cmd)
 			return 0;
 		msleep(20);
 	}
+	/* It may still write: no more DMA from this device at all. */
+	pci_clear_master(edu.pdev);
+	edu.stuck = true;
+	pci_err(edu.pdev, "DMA transfer timed out; bus mastering off\n");
 	return -ETIMEDOUT;
 }
 
@@ -113,7 +119,9 @@ static int edu_write(struct pci_dev *pdev, u64 addr, u32 len, u8 seed)
 	u32 j;
 
 	mutex_lock(&edu.lock);
-	if (edu.pdev && edu.pdev == pdev) {
+	if (edu.pdev && edu.pdev == pdev && edu.stuck) {
+		ret = -EIO;
+	} else if (edu.pdev && edu.pdev == pdev) {
 		for (j = 0; j < len; j++)
 			edu.buf[j] = j * 7 + seed;
 		for (j = 0, ret = 0; j < len && !ret; j += EDU_CHUNK) {
@@ -155,13 +163,16 @@ static int edu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	}
 	edu.regs = regs;
 	edu.pdev = pdev;
+	edu.stuck = false;
 out:
 	mutex_unlock(&edu.lock);
 	return ret;
 }
 
+/* No transfer runs (they finish under the lock); no later one may start. */
 static void edu_remove(struct pci_dev *pdev)
 {
+	pci_clear_master(pdev);
 	mutex_lock(&edu.lock);
 	edu.pdev = NULL;
 	edu.regs = NULL;
@@ -312,8 +323,9 @@ out:
 }
 
 /*
- * "dma OFF LEN SEED": through the mapping, under the reservation lock (a
- * revocation waits for the transfer, as for an importer's DMA in flight).
+ * "dma OFF LEN SEED": through the mapping, under the reservation lock, so a
+ * revocation waits for the transfer as for an importer's DMA in flight (for
+ * up to a few hundred ms here; a real importer would publish a fence).
  */
 static int importer_dma(struct importer *im, char *args)
 {
@@ -336,7 +348,8 @@ static int importer_dma(struct importer *im, char *args)
 	ret = -ERANGE;
 	at = 0;
 	for_each_sgtable_dma_sg(im->sgt, sg, i) {
-		if (off >= at && off - at + len <= sg_dma_len(sg)) {
+		if (off >= at && off - at < sg_dma_len(sg) &&
+		    len <= sg_dma_len(sg) - (off - at)) {
 			ret = edu_write(im->pdev, sg_dma_address(sg) + off - at, len, seed);
 			break;
 		}

@@ -124,6 +124,8 @@ FIXTURE(db) {
 	int fd, ctl;
 	struct p2pdirect_provider_info gpu;
 	char sw[32], rp[32];	/* NVMe functions behind the switch / at a root port */
+	int kept;		/* an importer was handed to the module */
+	char unbound[32];	/* a GPU the test unbinds */
 };
 
 FIXTURE_SETUP(db)
@@ -153,10 +155,8 @@ FIXTURE_SETUP(db)
 
 FIXTURE_TEARDOWN(db)
 {
-	/* importer_unload_releases_the_memory unloads the importer: back. */
-	if (access("/sys/module/p2pd_importer", F_OK) && system("insmod /p2pd_importer.ko"))
-		TH_LOG("could not load p2pd_importer.ko again");
 	close(self->ctl);
+	EXPECT_EQ(0, tm_restore(self->kept, self->unbound));
 	close(self->fd);
 }
 
@@ -430,6 +430,7 @@ TEST_F(db, importer_unload_releases_the_memory)
 	ASSERT_GE(buf, 0);
 	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s lazy", buf, self->sw));
 	ASSERT_EQ(0, tm_cmd(self->ctl, "map"));
+	self->kept = 1;
 	ASSERT_EQ(0, tm_cmd(self->ctl, "keep"));
 	EXPECT_EQ(-EALREADY, tm_cmd(self->ctl, "keep"));
 	/* The importer outlives the file and the dma-buf fd (it holds the dma-buf). */
@@ -576,6 +577,7 @@ TEST_F(db, gpu_unbind_waits_for_the_importer)
 	/* The last GPU listed (see last_gpu()). */
 	ASSERT_EQ(0, last_gpu(self->fd, &g));
 	pci_name(g.pci_addr, u.bdf, sizeof(u.bdf));
+	snprintf(self->unbound, sizeof(self->unbound), "%s", u.bdf);
 	ASSERT_EQ(0, do_alloc(self->fd, g.index, MiB, &a));
 	buf = do_export(self->fd, a.handle, 0, 0, 0);
 	ASSERT_GE(buf, 0);

@@ -46,6 +46,8 @@ FIXTURE(ka) {
 	int fd, peer, ns_fd;
 	struct p2pdirect_provider_info gpu;
 	char sw[32], rp[32];
+	int kept;		/* a consumer was handed to the importer module */
+	char unbound[32];	/* a GPU the test unbinds */
 };
 
 FIXTURE_SETUP(ka)
@@ -76,13 +78,9 @@ FIXTURE_SETUP(ka)
 
 FIXTURE_TEARDOWN(ka)
 {
-	/* client_unload_invalidates unloads the client: whatever happened, back. */
-	if (access("/sys/module/p2pd_client", F_OK) && system("insmod /p2pd_client.ko"))
-		TH_LOG("could not load p2pd_client.ko again");
-	/* consumer_unload_releases_its_range unloads the consumer: back too. */
-	if (access("/sys/module/p2pd_importer", F_OK) && system("insmod /p2pd_importer.ko"))
-		TH_LOG("could not load p2pd_importer.ko again");
+	/* Some tests unload a test module or unbind a GPU: whatever happened, back. */
 	close(self->peer);
+	EXPECT_EQ(0, tm_restore(self->kept, self->unbound));
 	close(self->ns_fd);
 	close(self->fd);
 }
@@ -201,6 +199,7 @@ TEST_F(ka, close_and_exit_invalidate_the_consumer)
 
 		if (cfd < 0 || ioctl(cfd, P2PDIRECT_IOC_ALLOC, &ca))
 			_exit(2);
+		record_alloc_zero(cfd, &ca);
 		cp = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, ca.mmap_offset);
 		if (cp == MAP_FAILED)
 			_exit(3);
@@ -234,6 +233,7 @@ TEST_F(ka, gpu_unbind_invalidates_the_consumer)
 	/* The last GPU listed (see last_gpu()). */
 	ASSERT_EQ(0, last_gpu(self->fd, &g));
 	pci_name(g.pci_addr, bdf, sizeof(bdf));
+	snprintf(self->unbound, sizeof(self->unbound), "%s", bdf);
 	m = alloc_map(_metadata, self->fd, g.index, MiB, &a);
 	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)m, MiB, self->sw));
 	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/unbind", bdf));
@@ -265,6 +265,7 @@ TEST_F(ka, consumer_unload_releases_its_range)
 	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
 
 	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, MiB, self->sw));
+	self->kept = 1;
 	ASSERT_EQ(0, tm_cmd(self->peer, "keep"));
 	EXPECT_EQ(-EALREADY, tm_cmd(self->peer, "keep"));
 	close(self->peer);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -57,6 +58,39 @@ static inline int tm_state(int fd, struct tm_state *st)
 			continue;
 	}
 	return i == st->segs ? 0 : -EPROTO;
+}
+
+/*
+ * What a fixture's teardown puts back, whatever the test did or where it
+ * failed: with @kept (the test handed p2pd_importer.ko an importer or
+ * consumer) the module is unloaded, which releases it; both test modules
+ * are loaded; the GPU @unbound (a PCI address, or "") is bound to p2pdirect.
+ * The test's files of the modules must be closed already. 0, or -1 with a
+ * line on stderr.
+ */
+static inline int tm_restore(int kept, const char *unbound)
+{
+	char path[96];
+	FILE *f;
+	int ret = 0;
+
+	if (kept && !access("/sys/module/p2pd_importer", F_OK) && system("rmmod p2pd_importer"))
+		ret = -1;
+	if (access("/sys/module/p2pd_importer", F_OK) && system("insmod /p2pd_importer.ko"))
+		ret = -1;
+	if (access("/sys/module/p2pd_client", F_OK) && system("insmod /p2pd_client.ko"))
+		ret = -1;
+	snprintf(path, sizeof(path), "/sys/bus/pci/drivers/p2pdirect/%s", unbound);
+	if (*unbound && access(path, F_OK)) {
+		f = fopen("/sys/bus/pci/drivers/p2pdirect/bind", "w");
+		if (!f || fputs(unbound, f) < 0)
+			ret = -1;
+		if (f && fclose(f))
+			ret = -1;
+	}
+	if (ret)
+		fprintf(stderr, "# could not restore the test modules or GPU %s\n", unbound);
+	return ret;
 }
 
 #endif /* P2PDIRECT_TESTMOD_UTIL_H */

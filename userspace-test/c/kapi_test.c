@@ -10,16 +10,19 @@
  * What is checked: a consumer gets the allocation's bus addresses (in the
  * GPU's BAR window), is refused for an unreachable device or for RAM, is
  * told on FREE, close, process exit and GPU unbind and sees later maps
- * fail; the memory returns to the provider once it is told; an outside client's memory is claimed by that client
- * (DMA_PROBE says so), serves DMA mappings but not REGISTER or READ, and
- * its invalidation reaches the consumer; unloading the client invalidates
- * what consumers keep; unloading a consumer that holds a range releases it.
+ * fail; the memory returns to the provider once it is told; an outside
+ * client's memory is claimed by that client (DMA_PROBE says so), serves DMA
+ * mappings but not REGISTER or READ, and its invalidation reaches the
+ * consumer, also while the consumer acquires and releases in a loop;
+ * unloading the client invalidates what consumers keep; unloading a
+ * consumer that holds a range releases it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,6 +343,68 @@ TEST_F(ka, outside_client)
 	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
 	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
 	close(ctl);
+	munmap(p, 4 * PAGE);
+	close(mem);
+}
+
+struct inval_loop {
+	int ctl, stop;
+	unsigned int n;
+};
+
+static void *inval_main(void *arg)
+{
+	struct inval_loop *l = arg;
+
+	while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE))
+		if (!tm_cmd(l->ctl, "invalidate"))
+			l->n++;
+	return NULL;
+}
+
+/*
+ * A consumer acquiring, mapping and releasing while the client invalidates
+ * its claims over and over: each acquire either maps or finds its claim
+ * already invalidated (ESTALE), each release returns, nothing is left held
+ * (and the debug kernel sees no race: KASAN, lockdep).
+ */
+TEST_F(ka, release_races_the_client_invalidation)
+{
+	struct inval_loop l = { 0 };
+	unsigned int ok = 0, stale = 0;
+	struct tm_state st;
+	pthread_t t;
+	int mem, r;
+	void *p;
+
+	mem = open(CLIENT_MEM, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(mem, 0);
+	p = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	l.ctl = open(CLIENT_CTL, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(l.ctl, 0);
+	ASSERT_EQ(0, pthread_create(&t, NULL, inval_main, &l));
+	for (int i = 0; i < 300; i++) {
+		r = tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, 2 * PAGE, self->sw);
+		if (!r)
+			ok++;
+		else if (r == -ESTALE)
+			stale++;
+		else
+			EXPECT_EQ(0, r);
+		/* Held (maybe invalidated meanwhile) after a success, gone after ESTALE. */
+		r = tm_cmd(self->peer, "release");
+		EXPECT_TRUE(r == 0 || r == -ENOTCONN) TH_LOG("release: %s", strerror(-r));
+	}
+	__atomic_store_n(&l.stop, 1, __ATOMIC_RELEASE);
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	printf("# %u acquires mapped, %u found their claim invalidated, %u invalidations\n", ok,
+	       stale, l.n);
+	EXPECT_GT(ok, 0u);
+	EXPECT_GT(l.n, 0u);
+	ASSERT_EQ(0, tm_state(self->peer, &st));
+	EXPECT_EQ(0, st.attached);
+	close(l.ctl);
 	munmap(p, 4 * PAGE);
 	close(mem);
 }

@@ -111,12 +111,6 @@ static void nvme_serial(__u32 addr, char *buf, size_t len)
 	globfree(&g);
 }
 
-static __u8 pattern_byte(__u64 i, __u32 seed)
-{
-	/* Same function as ci/hostcheck.py. */
-	return (__u8)((i * 7 + seed + (i >> 12)) & 0xff);
-}
-
 static void fill(__u8 *p, __u64 len, __u32 seed)
 {
 	for (__u64 i = 0; i < len; i++)

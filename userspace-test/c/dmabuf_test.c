@@ -220,7 +220,7 @@ static int edu_bdf(char *bdf, size_t size)
 static int holds_pattern(const uint8_t *p, uint8_t seed)
 {
 	for (unsigned int j = 0; j < PAGE; j++)
-		if (p[j] != (uint8_t)(j * 7 + seed))
+		if (p[j] != pattern_byte(j, seed))
 			return 0;
 	return 1;
 }

@@ -199,6 +199,12 @@ static inline __u64 pinned_bytes(int fd, __u32 addr)
 }
 #endif
 
+/* Byte @i of the pattern of @seed (HOSTCHECK seed=; same function as ci/hostcheck.py). */
+static inline uint8_t pattern_byte(uint64_t i, uint32_t seed)
+{
+	return (uint8_t)((i * 7 + seed + (i >> 12)) & 0xff);
+}
+
 /*
  * The fill pattern: each aligned 8-byte word w of a disk or file holds
  * fill_word(w, seed) in little-endian byte order. Must match ci/fill.py.

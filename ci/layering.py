@@ -4,7 +4,9 @@
 - no file under rust/sys/ names a domain module (crate::X other than sys);
 - no import cycle among the modules rust/*.rs (unit tests left out);
 - no `unsafe` outside rust/sys/ (kernel-crate extensions and the generated
-  bindings), comments included, so a new one gets a home there.
+  bindings), comments included, so a new one gets a home there;
+- at most 150 lines of C under rust/ (the shim: static inlines and macros
+  only), so logic does not drift back into C.
 Prints what it found."""
 import glob
 import os
@@ -92,6 +94,13 @@ for f in sorted(glob.glob(os.path.join(rust, "*.rs"))):
     n = len(re.findall(r"\bunsafe\b", open(f).read()))
     if n:
         bad.append(f"{os.path.relpath(f, repo)}: {n} unsafe outside rust/sys")
+
+C_LIMIT = 150
+c_files = sorted(glob.glob(os.path.join(rust, "**", "*.[ch]"), recursive=True))
+c_lines = sum(len(open(f).read().splitlines()) for f in c_files)
+print(f"C under rust/: {c_lines} lines ({', '.join(os.path.relpath(f, repo) for f in c_files)})")
+if c_lines > C_LIMIT:
+    bad.append(f"{c_lines} lines of C under rust/ (at most {C_LIMIT})")
 
 for b in bad:
     print("error: " + b)

@@ -24,7 +24,7 @@ pub(crate) mod vma;
 
 /// The C shim's functions (rust/ffi/shim.c, for what only C can reach:
 /// static inlines and macros), declared by bindgen at build time from
-/// rust/ffi/shim.h (see Kbuild).
+/// rust/ffi/shim.c itself (see Kbuild).
 #[allow(
     non_camel_case_types,
     non_upper_case_globals,

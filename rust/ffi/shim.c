@@ -1,27 +1,40 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * C shim of p2pdirect: the C APIs the kernel's Rust crate does not bind
- * (static inline functions, macros, headers outside its bindings). Rust
- * sees these functions through bindgen's declarations of shim.h; its
- * wrappers state the invariants each call relies on.
+ * (static inline functions, cast macros, headers outside its bindings).
+ * Kbuild runs bindgen over this file itself, so Rust's declarations come
+ * from these definitions (nothing is declared twice, hence no header);
+ * the wrappers in rust/sys/ state the invariants each call relies on.
  */
 #include <linux/blkdev.h>
+#include <linux/dma-buf-mapping.h>	/* for bindgen: P2P dma-buf maps */
 #include <linux/export.h>
-#include <linux/fs.h>
 #include <linux/fsnotify.h>
+#include <linux/io_uring/cmd.h>		/* for bindgen: the io_uring command */
 #include <linux/memremap.h>
-#include <linux/mm.h>
 #include <linux/pagemap.h>
 #include <linux/pci.h>
 #include <linux/ratelimit.h>
 #include <linux/scatterlist.h>
 
-#include "shim.h"
+#include "../../include/linux/p2pdirect.h"	/* the kernel API, defined in Rust */
 
 /* What rust/sys/uring_cmd.rs relies on, checked against the headers. */
 static_assert(offsetof(struct io_kiocb, cmd) == 0);
 static_assert(offsetof(struct io_uring_sqe, cmd) == 48);
 static_assert(IO_URING_CMD_TASK_WORK_ISSUE_FLAGS == IO_URING_F_COMPLETE_DEFER);
+
+/*
+ * Flags behind cast macros, as constants for bindgen. Linux 7.2's Rust
+ * bindings define VM_MAYSHARE as VM_MAYEXEC (rust/bindings/bindings_helper.h):
+ * this is the real one.
+ */
+const fmode_t P2PDIRECT_FMODE_READ = FMODE_READ;
+const fmode_t P2PDIRECT_FMODE_WRITE = FMODE_WRITE;
+const fmode_t P2PDIRECT_FMODE_NOWAIT = FMODE_NOWAIT;
+const int P2PDIRECT_IOCB_NOWAIT = IOCB_NOWAIT;
+const vm_flags_t P2PDIRECT_VM_MAYSHARE = VM_MAYSHARE;
+const blk_features_t P2PDIRECT_BLK_FEAT_PCI_P2PDMA = BLK_FEAT_PCI_P2PDMA;
 
 static DEFINE_RATELIMIT_STATE(p2pdirect_rs, 5 * HZ, 10);
 
@@ -30,27 +43,26 @@ bool p2pdirect_ratelimit(void)
 	return __ratelimit(&p2pdirect_rs);
 }
 
-/*
- * Linux 7.2's Rust bindings define VM_MAYSHARE as VM_MAYEXEC
- * (rust/bindings/bindings_helper.h), so the flag is read here, from C.
- */
-bool p2pdirect_vma_may_share(struct vm_area_struct *vma)
-{
-	return !!(vma->vm_flags & VM_MAYSHARE);
-}
-
-/* Whether @f is open for the access (FMODE_READ/FMODE_WRITE: cast macros). */
-bool p2pdirect_file_may(struct file *f, bool write)
-{
-	return f->f_mode & (write ? FMODE_WRITE : FMODE_READ);
-}
-
 bool p2pdirect_bdev_read_only(struct block_device *bdev)
 {
 	return bdev_read_only(bdev);
 }
 
-/* --- Pages: the inline accessors rust/sys/gup.rs needs ------------------ */
+/* f_path sits in an anonymous union, which bindgen names per kernel version. */
+const struct path *p2pdirect_file_path(struct file *f)
+{
+	return &f->f_path;
+}
+
+void p2pdirect_cond_resched(void)
+{
+	cond_resched();
+}
+
+int p2pdirect_pci_domain(struct pci_dev *pdev)
+{
+	return pci_domain_nr(pdev->bus);
+}
 
 bool p2pdirect_page_is_p2pdma(struct page *page)
 {
@@ -68,15 +80,15 @@ u64 p2pdirect_page_phys(struct page *page)
 	return page_to_phys(page);
 }
 
+struct page *p2pdirect_virt_to_page(void *kaddr)
+{
+	return virt_to_page(kaddr);
+}
+
 void p2pdirect_sg_set_page(struct scatterlist *sg, struct page *page, unsigned int len,
 			   unsigned int offset)
 {
 	sg_set_page(sg, page, len, offset);
-}
-
-struct page *p2pdirect_virt_to_page(void *kaddr)
-{
-	return virt_to_page(kaddr);
 }
 
 void p2pdirect_page_ref_set(struct page *page, int v)
@@ -94,34 +106,6 @@ void p2pdirect_page_ref_unfreeze(struct page *page, int count)
 	page_ref_unfreeze(page, count);
 }
 
-void p2pdirect_cond_resched(void)
-{
-	cond_resched();
-}
-
-u64 p2pdirect_virt_to_phys(void *kaddr)
-{
-	return virt_to_phys(kaddr);
-}
-
-int p2pdirect_pci_domain(struct pci_dev *pdev)
-{
-	return pci_domain_nr(pdev->bus);
-}
-
-/* f_path sits in an anonymous union, which bindgen names per kernel version. */
-const struct path *p2pdirect_file_path(struct file *f)
-{
-	return &f->f_path;
-}
-
-const struct cred *p2pdirect_current_cred(void)
-{
-	return current_cred();
-}
-
-/* --- Storage I/O --------------------------------------------------------- */
-
 /* The events read(2)/write(2) send once data moved. */
 void p2pdirect_fsnotify(struct file *f, bool write)
 {
@@ -129,12 +113,6 @@ void p2pdirect_fsnotify(struct file *f, bool write)
 		fsnotify_modify(f);
 	else
 		fsnotify_access(f);
-}
-
-/* Whether @bdev's queue accepts P2PDMA pages (BLK_FEAT_*: cast macros). */
-bool p2pdirect_bdev_p2pdma(struct block_device *bdev)
-{
-	return blk_queue_pci_p2pdma(bdev_get_queue(bdev));
 }
 
 /*
@@ -151,21 +129,9 @@ bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write)
 	       (write && filemap_range_has_page(m, pos, end));
 }
 
-/*
- * init_sync_kiocb() at @pos; with @complete an asynchronous kiocb, with
- * @nowait one that must not block (false, untouched: the file cannot).
- */
-bool p2pdirect_kiocb_init(struct kiocb *k, struct file *f, loff_t pos,
-			  void (*complete)(struct kiocb *, long), bool nowait)
+void p2pdirect_init_sync_kiocb(struct kiocb *k, struct file *f)
 {
-	if (nowait && !(f->f_mode & FMODE_NOWAIT))
-		return false;
 	init_sync_kiocb(k, f);
-	k->ki_pos = pos;
-	k->ki_complete = complete;
-	if (nowait)
-		k->ki_flags |= IOCB_NOWAIT;
-	return true;
 }
 
 void p2pdirect_kiocb_end_write(struct kiocb *k)

@@ -120,7 +120,7 @@ impl BlockDevice {
         // The limits are read without the queue's lock, as the block
         // layer's own submitters do: a racing update gives old or new
         // values, each of which the queue accepts.
-        let (lbs, max_sectors, max_segments, nr_sectors, devt) = unsafe {
+        let (lbs, max_sectors, max_segments, nr_sectors, devt, features) = unsafe {
             let q = &raw const (*(*b).bd_queue).limits;
             (
                 (*q).logical_block_size,
@@ -128,6 +128,7 @@ impl BlockDevice {
                 u32::from((*q).max_segments),
                 core::ptr::read_volatile(&raw const (*b).bd_nr_sectors),
                 (*b).bd_dev,
+                (*q).features,
             )
         };
         Limits {
@@ -135,8 +136,8 @@ impl BlockDevice {
             // `queue_max_bytes()`: at most `INT_MAX` rounded down to a sector.
             max_bytes: max_sectors.min(i32::MAX as u32 >> 9) << 9,
             max_segments: max_segments.min(bindings::BIO_MAX_VECS),
-            // SAFETY: as above: the block device is open.
-            p2pdma: unsafe { c::p2pdirect_bdev_p2pdma(b) },
+            // `blk_queue_pci_p2pdma()`.
+            p2pdma: features & c::P2PDIRECT_BLK_FEAT_PCI_P2PDMA != 0,
             // SAFETY: as above.
             read_only: unsafe { c::p2pdirect_bdev_read_only(b) },
             devt,

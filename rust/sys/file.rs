@@ -45,8 +45,14 @@ fn file_type(file: &LocalFile) -> u32 {
 pub(crate) fn open_for_io(fd: i32, write: bool) -> Result<(ARef<File>, bool)> {
     let fd = u32::try_from(fd).map_err(|_| EBADF)?;
     let file = LocalFile::fget(fd).map_err(|_| EBADF)?;
-    // SAFETY: the file is valid while `file` holds it.
-    if !unsafe { c::p2pdirect_file_may(raw(&file), write) } {
+    let mode = if write {
+        c::P2PDIRECT_FMODE_WRITE
+    } else {
+        c::P2PDIRECT_FMODE_READ
+    };
+    // SAFETY: the file is valid while `file` holds it; `f_mode` is set
+    // before the file is installed and not changed afterwards.
+    if unsafe { (*raw(&file)).f_mode } & mode == 0 {
         return Err(EBADF);
     }
     let kind = file_type(&file);
@@ -266,13 +272,11 @@ pub(crate) fn hole_bytes(file: &File, pos: u64, len: u64) -> Result<u64> {
     let mut p = i64::try_from(pos).map_err(|_| EINVAL)?;
     let flags = (bindings::O_RDONLY | bindings::O_LARGEFILE) as i32;
     // SAFETY: an open file's path lives while it is open; the credentials
-    // are the calling task's own.
+    // are the calling task's own (`current_cred()`: only the task itself
+    // changes them, so it reads them without RCU).
     let c = unsafe {
-        bindings::dentry_open(
-            c::p2pdirect_file_path(raw(file)),
-            flags,
-            c::p2pdirect_current_cred(),
-        )
+        let cred = (*kernel::task::Task::current_raw()).cred;
+        bindings::dentry_open(c::p2pdirect_file_path(raw(file)), flags, cred)
     };
     let err = c as isize;
     if (-4095..0).contains(&err) {

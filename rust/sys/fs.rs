@@ -24,6 +24,37 @@ use super::bio::{BioPages, DropInAnyContext};
 // functions, as bindgen declares them (`super::c`).
 use super::c as helpers;
 
+/// `init_sync_kiocb()` at `pos`; with `complete` an asynchronous kiocb, with
+/// `nowait` one that must not block (`IOCB_NOWAIT`). Returns false, the
+/// kiocb untouched, if `nowait` is asked of a file that cannot do it.
+///
+/// # Safety
+///
+/// `k` is the caller's to initialise; `file` is a valid file.
+unsafe fn kiocb_init(
+    k: *mut bindings::kiocb,
+    file: *mut bindings::file,
+    pos: i64,
+    complete: Option<unsafe extern "C" fn(*mut bindings::kiocb, kernel::ffi::c_long)>,
+    nowait: bool,
+) -> bool {
+    // SAFETY: `file` is valid (caller's contract); `f_mode` does not change.
+    if nowait && unsafe { (*file).f_mode } & helpers::P2PDIRECT_FMODE_NOWAIT == 0 {
+        return false;
+    }
+    // SAFETY: `k` is the caller's to initialise and `file` is valid; the
+    // fields set afterwards are plain ones of the initialised kiocb.
+    unsafe {
+        helpers::p2pdirect_init_sync_kiocb(k, file);
+        (*k).ki_pos = pos;
+        (*k).ki_complete = complete;
+        if nowait {
+            (*k).ki_flags |= helpers::P2PDIRECT_IOCB_NOWAIT;
+        }
+    }
+    true
+}
+
 /// The bvecs of bytes `[off, off + len)` of `pages`, one per page touched.
 ///
 /// # Invariants
@@ -130,7 +161,7 @@ pub(crate) fn rw_sync<P: BioPages>(
     let iter = Opaque::<bindings::iov_iter>::uninit();
     // SAFETY: `kiocb` is ours to initialise; a synchronous kiocb (no
     // completion, not NOWAIT) cannot fail.
-    unsafe { helpers::p2pdirect_kiocb_init(kiocb.get(), file.as_ptr(), pos, None, false) };
+    unsafe { kiocb_init(kiocb.get(), file.as_ptr(), pos, None, false) };
     // SAFETY: `iter` is ours; the bvecs outlive the call below.
     unsafe { bvecs.iter(iter.get(), write) };
     // SAFETY: initialised above; a synchronous kiocb is done with both when
@@ -242,7 +273,7 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
             // SAFETY: the kiocb is ours to initialise; the owner keeps the
             // file referenced. `new` checked that `pos` fits.
             let ready = unsafe {
-                helpers::p2pdirect_kiocb_init(
+                kiocb_init(
                     me.kiocb.get(),
                     file,
                     me.pos as i64,

@@ -306,8 +306,10 @@ impl P2pMem {
     /// The physical address of byte `off` (`None` past the end).
     pub(crate) fn phys(&self, off: usize) -> Option<u64> {
         let p = self.range(off - off % PAGE_SIZE, 0).ok()?;
-        // SAFETY: `p` lies in this allocation, in the kernel's linear map.
-        Some(unsafe { c::p2pdirect_virt_to_phys(p) } + (off % PAGE_SIZE) as u64)
+        // SAFETY: `p` lies in this allocation, in the kernel's linear map,
+        // and its page is the provider's while the allocation lives.
+        let page = unsafe { c::p2pdirect_page_phys(c::p2pdirect_virt_to_page(p)) };
+        Some(page + (off % PAGE_SIZE) as u64)
     }
 
     /// Takes the owner's reference on the pages of a new range of the

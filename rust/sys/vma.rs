@@ -228,8 +228,7 @@ pub(crate) fn vma_offset(vma: &VmaNew) -> u64 {
 /// Whether `vma` is a shared mapping (`MAP_SHARED`: `VM_MAYSHARE`).
 ///
 /// Not `kernel::mm::virt::flags::MAYSHARE`: Linux 7.2 binds that to
-/// `VM_MAYEXEC`, so the shim reads the flag.
+/// `VM_MAYEXEC`, so the shim gives the real flag.
 pub(crate) fn may_share(vma: &VmaNew) -> bool {
-    // SAFETY: `vma` is a valid VMA under setup; reading its flags is fine.
-    unsafe { super::c::p2pdirect_vma_may_share(vma.as_ptr()) }
+    vma.flags() & super::c::P2PDIRECT_VM_MAYSHARE != 0
 }

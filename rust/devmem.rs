@@ -146,8 +146,9 @@ crate::sys::global::global_mutex! {
     fn graveyard;
 }
 
-/// The device-memory room's globals: set up first in module init, torn
-/// down last (after every provider and file went).
+/// The device-memory room's globals: set up in module init before the
+/// driver, the misc device and the peer clients that use them, torn down
+/// after every provider and file went.
 pub(crate) struct Globals {
     _providers: ProvidersGlobal,
     _dying: DyingGlobal,

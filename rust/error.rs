@@ -24,8 +24,9 @@
 //! 7. `RegEntry::claim` and a kernel consumer's `KernelMem::claim` (peer_api;
 //!    a client's callbacks for the claim run under it), under which the
 //!    statistics table is taken (a pin's gauge), then `KernelMem::st`; the
-//!    statistics table, the peer-memory client registry and a client of
-//!    another module's state are leaves.
+//!    statistics table, the peer-memory client registry, a file's
+//!    `OpenFile::dma_hint` (a spinlock: the DMA device of its last disk) and
+//!    a client of another module's state are leaves.
 //!
 //! A dma-buf export (dmabuf.rs) stands beside 1.-3.: its `Exported::link`,
 //! then the buffer's reservation lock (the dma-buf core takes it around
@@ -36,8 +37,12 @@
 //!
 //! Revocation calls subscribers (which take `RegEntry::claim`, or a
 //! dma-buf's link and reservation lock) with no lock of devmem's held. No
-//! wait for a pin happens with a lock of p2pdirect's held; FREE waits only
-//! for the fences on a dma-buf of the memory.
+//! wait for a pin happens with a lock of p2pdirect's held. FREE waits only
+//! for the fences on a dma-buf of the memory, holding that export's link
+//! (which keeps the buffer from being released meanwhile) and its
+//! reservation lock, as the kernel's own exporters wait for fences when they
+//! revoke; only that buffer's release and its importers' map and unmap wait
+//! behind it.
 
 use kernel::{bindings, prelude::*};
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The ffi room: the domain-facing wrappers over `crate::sys` (PCI
-//! functions, user pins, I/O targets), the UAPI mirror and user copies.
-//! Nothing here calls C: every call into the kernel or the shim is made
-//! by `crate::sys`.
+//! functions, user pins, I/O targets). The UAPI mirror is `crate::sys::uapi`
+//! and user copies are made in ioctl.rs. Nothing here calls C: every call
+//! into the kernel or the shim is made by `crate::sys`.
 
 pub(crate) use crate::sys::blkdev::{DmaLeg, Limits};
 pub(crate) use crate::sys::file::FileMapping;

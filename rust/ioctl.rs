@@ -282,17 +282,15 @@ fn dma_probe(arg: usize) -> Result<isize> {
             break;
         };
         if pages.reachable_by(leg.as_pci()).is_err() {
-            if crate::sys::ratelimit::allow() {
-                pr_info!(
-                    "{} memory at {:#x} is not reachable by PCI device {:#x}, a leg of fd {} \
-                     (P2P distance)\n",
-                    claim.client_name(),
-                    req.addr,
-                    leg.addr(),
-                    req.fd
-                );
-            }
-            return Err(eremoteio());
+            refuse!(
+                eremoteio(),
+                "{} memory at {:#x} is not reachable by PCI device {:#x}, a leg of fd {} \
+                 (P2P distance)\n",
+                claim.client_name(),
+                req.addr,
+                leg.addr(),
+                req.fd
+            );
         }
     }
     drop(pages);

@@ -707,19 +707,17 @@ fn check_alignment(req: &Request, lim: &Limits) -> Result {
         .iter()
         .any(|v| v % lbs != 0);
     if bad {
-        if crate::sys::ratelimit::allow() {
-            pr_info!(
-                "{}: size {:#x}, file offset {:#x}, buffer {:#x}+{:#x} must be multiples of \
-                 the logical block size {}\n",
-                op_name(req.write),
-                req.size,
-                req.file_offset,
-                req.addr,
-                req.buf_offset,
-                lbs
-            );
-        }
-        return Err(EINVAL);
+        refuse!(
+            EINVAL,
+            "{}: size {:#x}, file offset {:#x}, buffer {:#x}+{:#x} must be multiples of \
+             the logical block size {}\n",
+            op_name(req.write),
+            req.size,
+            req.file_offset,
+            req.addr,
+            req.buf_offset,
+            lbs
+        );
     }
     Ok(())
 }

@@ -115,18 +115,9 @@ void p2pdirect_fsnotify(struct file *f, bool write)
 		fsnotify_access(f);
 }
 
-/*
- * Whether the cache work before a direct I/O of [pos, pos + len) may wait:
- * writing back dirty pages, or (a WRITE) dropping cached ones, as
- * kiocb_write_and_wait() and kiocb_invalidate_pages() judge for IOCB_NOWAIT.
- */
-bool p2pdirect_bdev_cache_busy(struct file *f, u64 pos, u64 len, bool write)
+bool p2pdirect_range_needs_writeback(struct address_space *m, loff_t start, loff_t end)
 {
-	struct address_space *m = f->f_mapping;
-	u64 end = pos + len - 1;
-
-	return filemap_range_needs_writeback(m, pos, end) ||
-	       (write && filemap_range_has_page(m, pos, end));
+	return filemap_range_needs_writeback(m, start, end);
 }
 
 void p2pdirect_init_sync_kiocb(struct kiocb *k, struct file *f)

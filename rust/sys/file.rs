@@ -161,10 +161,22 @@ pub(crate) fn bdev_invalidate(file: &File, pos: u64, len: u64) {
 
 /// Raw block devices: whether the cache work before a direct I/O of the
 /// range may wait (dirty pages to write back; for a WRITE, cached pages to
-/// drop), as `IOCB_NOWAIT` judges it.
+/// drop), as `kiocb_write_and_wait()` and `kiocb_invalidate_pages()` judge
+/// it for `IOCB_NOWAIT`.
 pub(crate) fn bdev_cache_busy(file: &File, pos: u64, len: u64, write: bool) -> bool {
-    // SAFETY: the file is open while borrowed.
-    unsafe { c::p2pdirect_bdev_cache_busy(raw(file), pos, len, write) }
+    let (Ok(start), Some(Ok(end))) = (
+        i64::try_from(pos),
+        pos.checked_add(len.max(1) - 1).map(i64::try_from),
+    ) else {
+        // No cached page lies past the largest offset.
+        return false;
+    };
+    // SAFETY: the file is open while borrowed, so is its address space.
+    unsafe {
+        let m = (*raw(file)).f_mapping;
+        c::p2pdirect_range_needs_writeback(m, start, end)
+            || (write && bindings::filemap_range_has_page(m, start, end))
+    }
 }
 
 /// The access or modify event read(2)/write(2) send after moving data.

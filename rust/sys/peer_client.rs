@@ -521,14 +521,14 @@ macro_rules! kernel_api {
             /// The contract include/linux/p2pdirect.h states for the caller.
             #[no_mangle]
             unsafe extern "C" fn p2pdirect_peer_get(
-                addr: usize,
+                addr: kernel::ffi::c_ulong,
                 size: usize,
                 write: bool,
                 invalidate: Option<unsafe extern "C" fn(*mut c_void)>,
                 priv_: *mut c_void,
-            ) -> *mut c_void {
+            ) -> *mut c::p2pdirect_peer_mem {
                 // SAFETY: as above.
-                unsafe { api::get::<$t>(addr, size, write, invalidate, priv_) }
+                unsafe { api::get::<$t>(addr, size, write, invalidate, priv_) }.cast()
             }
 
             /// The kernel API entry point of this name.
@@ -538,13 +538,13 @@ macro_rules! kernel_api {
             /// The contract include/linux/p2pdirect.h states for the caller.
             #[no_mangle]
             unsafe extern "C" fn p2pdirect_peer_dma_map(
-                mem: *mut c_void,
+                mem: *mut c::p2pdirect_peer_mem,
                 dev: *mut bindings::device,
                 segs: *mut c::p2pdirect_peer_seg,
-                max: u32,
+                max: kernel::ffi::c_uint,
             ) -> kernel::ffi::c_int {
                 // SAFETY: as above.
-                unsafe { api::dma_map::<$t>(mem, dev, segs, max) }
+                unsafe { api::dma_map::<$t>(mem.cast(), dev, segs, max) }
             }
 
             /// The kernel API entry point of this name.
@@ -553,9 +553,9 @@ macro_rules! kernel_api {
             ///
             /// The contract include/linux/p2pdirect.h states for the caller.
             #[no_mangle]
-            unsafe extern "C" fn p2pdirect_peer_dma_unmap(mem: *mut c_void) {
+            unsafe extern "C" fn p2pdirect_peer_dma_unmap(mem: *mut c::p2pdirect_peer_mem) {
                 // SAFETY: as above.
-                unsafe { api::dma_unmap::<$t>(mem) }
+                unsafe { api::dma_unmap::<$t>(mem.cast()) }
             }
 
             /// The kernel API entry point of this name.
@@ -565,10 +565,10 @@ macro_rules! kernel_api {
             /// The contract include/linux/p2pdirect.h states for the caller.
             #[no_mangle]
             unsafe extern "C" fn p2pdirect_peer_page_size(
-                mem: *mut c_void,
+                mem: *mut c::p2pdirect_peer_mem,
             ) -> kernel::ffi::c_ulong {
                 // SAFETY: as above.
-                unsafe { api::page_size::<$t>(mem) }
+                unsafe { api::page_size::<$t>(mem.cast()) }
             }
 
             /// The kernel API entry point of this name.
@@ -577,10 +577,52 @@ macro_rules! kernel_api {
             ///
             /// The contract include/linux/p2pdirect.h states for the caller.
             #[no_mangle]
-            unsafe extern "C" fn p2pdirect_peer_put(mem: *mut c_void) {
+            unsafe extern "C" fn p2pdirect_peer_put(mem: *mut c::p2pdirect_peer_mem) {
                 // SAFETY: as above.
-                unsafe { api::put::<$t>(mem) }
+                unsafe { api::put::<$t>(mem.cast()) }
             }
+
+            // Each definition has the type of its declaration in the header
+            // (as bindgen generates it): the two arms only unify if the
+            // signatures are the same, as in the kernel crate's `#[export]`.
+            const _: () = {
+                let _ = if true {
+                    c::p2pdirect_register_peer_memory_client
+                } else {
+                    p2pdirect_register_peer_memory_client
+                };
+                let _ = if true {
+                    c::p2pdirect_unregister_peer_memory_client
+                } else {
+                    p2pdirect_unregister_peer_memory_client
+                };
+                let _ = if true {
+                    c::p2pdirect_peer_get
+                } else {
+                    p2pdirect_peer_get
+                };
+                let _ = if true {
+                    c::p2pdirect_peer_dma_map
+                } else {
+                    p2pdirect_peer_dma_map
+                };
+                let _ = if true {
+                    c::p2pdirect_peer_dma_unmap
+                } else {
+                    p2pdirect_peer_dma_unmap
+                };
+                let _ = if true {
+                    c::p2pdirect_peer_page_size
+                } else {
+                    p2pdirect_peer_page_size
+                };
+                let _ = if true {
+                    c::p2pdirect_peer_put
+                } else {
+                    p2pdirect_peer_put
+                };
+                let _: c::p2pdirect_invalidate_peer_memory = Some(invalidate_peer_memory);
+            };
         };
     };
 }

@@ -11,16 +11,16 @@ use crate::{
     error::refuse,
     ffi::FileMapping,
     registration::{self, FileRegs},
-    storage::{DmaHint, IoOwner},
+    storage::{DmaHints, IoOwner},
     sys::{dma_buf::NewBuf, miscdev::OwnedMiscDevice, vma},
 };
 use kernel::{
     fs::File,
     miscdevice::MiscDeviceOptions,
     mm::virt::VmaNew,
-    new_mutex, new_spinlock,
+    new_mutex,
     prelude::*,
-    sync::{atomic::Atomic, Arc, Mutex, SpinLock},
+    sync::{atomic::Atomic, Arc, Mutex},
 };
 
 /// The registration the crate root holds: its open files (and so their
@@ -44,9 +44,9 @@ pub(crate) struct OpenFile {
     regs: Mutex<FileRegs>,
     /// io_uring commands of this file in flight.
     uring_inflight: Arc<Atomic<u32>>,
-    /// The DMA device of the block device of the last I/O (see storage).
+    /// The DMA devices of the block devices of its I/O (see storage).
     #[pin]
-    dma_hint: SpinLock<Option<DmaHint>>,
+    dma_hints: DmaHints,
 }
 
 impl IoOwner for OpenFile {
@@ -54,8 +54,8 @@ impl IoOwner for OpenFile {
         registration::find(&self.regs.lock(), id)
     }
 
-    fn dma_hint(&self) -> &SpinLock<Option<DmaHint>> {
-        &self.dma_hint
+    fn dma_hints(&self) -> &DmaHints {
+        &self.dma_hints
     }
 
     fn uring_inflight(&self) -> &Arc<Atomic<u32>> {
@@ -153,7 +153,7 @@ impl OpenFile {
                 allocs <- new_mutex!(KVec::new()),
                 regs <- new_mutex!(FileRegs::new()),
                 uring_inflight: Arc::new(Atomic::new(0), GFP_KERNEL)?,
-                dma_hint <- new_spinlock!(None),
+                dma_hints <- DmaHints::new(),
             }),
             GFP_KERNEL,
         )

@@ -25,8 +25,8 @@
 //!    a client's callbacks for the claim run under it), under which the
 //!    statistics table is taken (a pin's gauge), then `KernelMem::st`; the
 //!    statistics table, the peer-memory client registry, a file's
-//!    `OpenFile::dma_hint` (a spinlock: the DMA device of its last disk) and
-//!    a client of another module's state are leaves.
+//!    `DmaHints::other` (a spinlock) and a client of another module's state
+//!    are leaves.
 //!
 //! A dma-buf export (dmabuf.rs) stands beside 1.-3.: its `Exported::link`,
 //! then the buffer's reservation lock (the dma-buf core takes it around

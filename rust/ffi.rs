@@ -43,6 +43,12 @@ impl PciFunction {
         pci_p2pdma::pci_addr(&self.0)
     }
 
+    /// [`Self::addr`] of the kernel crate's PCI device, without taking a
+    /// reference.
+    pub(crate) fn addr_of(dev: &pci::Device) -> u32 {
+        pci_p2pdma::pci_addr(dev)
+    }
+
     /// The kernel's P2PDMA distance from this provider to `client`, or
     /// `None` when they cannot reach each other.
     pub(crate) fn p2p_distance(&self, client: &PciFunction) -> Option<u32> {

@@ -54,7 +54,7 @@ use kernel::{
     sync::{
         aref::ARef,
         atomic::{Acquire, Atomic, Relaxed, Release},
-        Arc, SpinLock,
+        new_spinlock, Arc, SetOnce, SpinLock,
     },
     time::{Instant, Monotonic},
 };
@@ -112,8 +112,8 @@ struct Memory {
 pub(crate) trait IoOwner {
     /// Registration `id` of the file (`ENOENT` if there is none).
     fn registration(&self, id: u64) -> Result<Arc<RegEntry>>;
-    /// The file's hint of the DMA device of its last I/O target.
-    fn dma_hint(&self) -> &SpinLock<Option<DmaHint>>;
+    /// The file's hints of the DMA devices of its I/O targets.
+    fn dma_hints(&self) -> &DmaHints;
     /// The file's count of io_uring commands in flight.
     fn uring_inflight(&self) -> &Arc<Atomic<u32>>;
 }
@@ -636,27 +636,23 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
         dma_legs(me, &file)?
     };
     let mut done = Done {
-        dma_pci: legs
-            .pcis()
-            .next()
-            .map_or(0, |p| PciFunction::from_pci(p).addr()),
+        dma_pci: legs.pcis().next().map_or(0, PciFunction::addr_of),
         ..Done::default()
     };
     let reach = if cpu_path || !lim.p2pdma || legs.len() == 0 {
         Err(None)
     } else {
         legs.pcis().enumerate().try_for_each(|(i, p)| {
-            let pci = PciFunction::from_pci(p);
             mem.pages
-                .reachable_by(pci.as_pci())
-                .map_err(|provider| Some((i, pci.addr(), provider)))
+                .reachable_by(p)
+                .map_err(|provider| Some((i, PciFunction::addr_of(p), provider)))
         })
     };
     if let Err(tried) = reach {
         if req.flags & uapi::P2PDIRECT_IO_COMPAT == 0 {
             let legs = match legs {
                 Legs::Walked(l) => l,
-                Legs::One(_) => KVec::new(),
+                Legs::Hinted(_) | Legs::One(_) => KVec::new(),
             };
             let (i, dma, provider) = tried.unwrap_or_default();
             let why = Unreachable {
@@ -778,7 +774,9 @@ struct Unreachable<'a> {
 }
 
 /// The DMA devices of an I/O's block device.
-enum Legs {
+enum Legs<'a> {
+    /// It sits on this PCI function itself, as the file's hint says.
+    Hinted(&'a pci::Device),
     /// It sits on this PCI function itself.
     One(ARef<pci::Device>),
     /// The legs of a stacked device, down to their PCI functions (empty:
@@ -786,9 +784,10 @@ enum Legs {
     Walked(KVec<DmaLeg>),
 }
 
-impl Legs {
+impl Legs<'_> {
     fn pcis(&self) -> impl Iterator<Item = &pci::Device> {
         let (one, walked) = match self {
+            Legs::Hinted(p) => (Some(*p), &[][..]),
             Legs::One(p) => (Some(&**p), &[][..]),
             Legs::Walked(l) => (None, &l[..]),
         };
@@ -797,41 +796,70 @@ impl Legs {
 
     fn len(&self) -> usize {
         match self {
-            Legs::One(_) => 1,
+            Legs::Hinted(_) | Legs::One(_) => 1,
             Legs::Walked(l) => l.len(),
         }
     }
 }
 
-/// What the file `me` knows of the DMA device of its last I/O's block
-/// device: a disk's parents never change while it lives, so the next I/O
-/// to the same disk (by [`BlockDevice::identity`]) skips the walk and its
-/// lock.
+/// The DMA device of a block device that sits on a PCI function itself: a
+/// disk's parents never change while it lives, so the next I/O to the same
+/// disk (by [`BlockDevice::identity`]) skips the walk.
 pub(crate) struct DmaHint {
     id: (u64, u32),
     pci: ARef<pci::Device>,
 }
 
+/// What a file knows of the DMA devices of the disks it did I/O to: the
+/// first disk's, set once and then read with no lock (a file doing I/O to
+/// one disk, the common case, shares nothing between its threads but a
+/// read), and the last other disk's, under a spinlock.
+#[pin_data]
+pub(crate) struct DmaHints {
+    first: SetOnce<DmaHint>,
+    #[pin]
+    other: SpinLock<Option<DmaHint>>,
+}
+
+impl DmaHints {
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            first: SetOnce::new(),
+            other <- new_spinlock!(None),
+        })
+    }
+}
+
 /// The DMA devices of `file`'s block device: the PCI function it sits on
-/// (from `me`'s hint if the last I/O went to the same live disk), or the
+/// (from `me`'s hints if it did I/O to the same live disk before), or the
 /// legs of a stacked device, walked every time (they change).
-fn dma_legs(me: &dyn IoOwner, file: &IoFile) -> Result<Legs> {
+fn dma_legs<'a>(me: &'a dyn IoOwner, file: &IoFile) -> Result<Legs<'a>> {
     let bdev = file.bdev();
     let id = bdev.identity();
+    let hints = me.dma_hints();
     if !bdev.disk_dead() {
-        if let Some(h) = me.dma_hint().lock().as_ref().filter(|h| h.id == id) {
+        if let Some(h) = hints.first.as_ref().filter(|h| h.id == id) {
+            return Ok(Legs::Hinted(&h.pci));
+        }
+        if let Some(h) = hints.other.lock().as_ref().filter(|h| h.id == id) {
             return Ok(Legs::One(h.pci.clone()));
         }
     }
     match bdev.dma_devices() {
         Ok(DmaDevices::Own(pci)) => {
-            let old = me.dma_hint().lock().replace(DmaHint {
+            let hint = DmaHint {
                 id,
                 pci: pci.clone(),
-            });
-            // Outside the lock: the last reference of a removed device
-            // frees it.
-            drop(old);
+            };
+            if !hints.first.populate(hint) {
+                let old = hints.other.lock().replace(DmaHint {
+                    id,
+                    pci: pci.clone(),
+                });
+                // Outside the lock: the last reference of a removed device
+                // frees it.
+                drop(old);
+            }
             Ok(Legs::One(pci))
         }
         Ok(DmaDevices::Legs(legs)) => Ok(Legs::Walked(legs)),

@@ -466,6 +466,16 @@ pub(crate) unsafe fn put<T: KernelApi>(m: *mut c_void) {
     T::put(unsafe { <Arc<T::Mem> as ForeignOwnable>::from_foreign(m.cast()) });
 }
 
+/// Checks that each named function, defined in the calling scope, has the
+/// type of its declaration that bindgen generated in `c` (the two arms of
+/// an `if` only unify when the signatures are the same).
+macro_rules! declared_as_defined {
+    ($($f:ident),*) => {
+        $(let _ = if true { $crate::sys::c::$f } else { $f };)*
+    };
+}
+pub(crate) use declared_as_defined;
+
 /// Defines the GPL entry points of include/linux/p2pdirect.h for `$t`, a
 /// [`KernelApi`] (their `EXPORT_SYMBOL_GPL` lines are in the C shim). The
 /// bodies only forward to this file's functions, whose safety rests on the
@@ -586,41 +596,15 @@ macro_rules! kernel_api {
             // (as bindgen generates it): the two arms only unify if the
             // signatures are the same, as in the kernel crate's `#[export]`.
             const _: () = {
-                let _ = if true {
-                    c::p2pdirect_register_peer_memory_client
-                } else {
-                    p2pdirect_register_peer_memory_client
-                };
-                let _ = if true {
-                    c::p2pdirect_unregister_peer_memory_client
-                } else {
-                    p2pdirect_unregister_peer_memory_client
-                };
-                let _ = if true {
-                    c::p2pdirect_peer_get
-                } else {
-                    p2pdirect_peer_get
-                };
-                let _ = if true {
-                    c::p2pdirect_peer_dma_map
-                } else {
-                    p2pdirect_peer_dma_map
-                };
-                let _ = if true {
-                    c::p2pdirect_peer_dma_unmap
-                } else {
-                    p2pdirect_peer_dma_unmap
-                };
-                let _ = if true {
-                    c::p2pdirect_peer_page_size
-                } else {
-                    p2pdirect_peer_page_size
-                };
-                let _ = if true {
-                    c::p2pdirect_peer_put
-                } else {
+                $crate::sys::peer_client::declared_as_defined!(
+                    p2pdirect_register_peer_memory_client,
+                    p2pdirect_unregister_peer_memory_client,
+                    p2pdirect_peer_get,
+                    p2pdirect_peer_dma_map,
+                    p2pdirect_peer_dma_unmap,
+                    p2pdirect_peer_page_size,
                     p2pdirect_peer_put
-                };
+                );
                 let _: c::p2pdirect_invalidate_peer_memory = Some(invalidate_peer_memory);
             };
         };

@@ -40,7 +40,7 @@ impl PciFunction {
 
     /// The function's address, as `P2PDIRECT_PCI_ADDR()` encodes it.
     pub(crate) fn addr(&self) -> u32 {
-        pci_p2pdma::pci_addr(&self.0)
+        Self::addr_of(&self.0)
     }
 
     /// [`Self::addr`] of the kernel crate's PCI device, without taking a

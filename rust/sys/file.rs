@@ -164,11 +164,8 @@ pub(crate) fn bdev_invalidate(file: &File, pos: u64, len: u64) {
 /// drop), as `kiocb_write_and_wait()` and `kiocb_invalidate_pages()` judge
 /// it for `IOCB_NOWAIT`.
 pub(crate) fn bdev_cache_busy(file: &File, pos: u64, len: u64, write: bool) -> bool {
-    let (Ok(start), Some(Ok(end))) = (
-        i64::try_from(pos),
-        pos.checked_add(len.max(1) - 1).map(i64::try_from),
-    ) else {
-        // No cached page lies past the largest offset.
+    let Ok((start, end)) = byte_range(pos, len) else {
+        // An empty range, or one past the largest offset: no page to wait for.
         return false;
     };
     // SAFETY: the file is open while borrowed, so is its address space.

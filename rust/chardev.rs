@@ -10,7 +10,7 @@ use crate::{
     devmem::{AllocInfo, AllocState, Allocation},
     error::refuse,
     ffi::FileMapping,
-    registration::{self, FileRegs},
+    registration::{self, FileRegs, RegIndex},
     storage::{DmaHints, IoOwner},
     sys::{dma_buf::NewBuf, miscdev::OwnedMiscDevice, vma},
 };
@@ -42,6 +42,9 @@ pub(crate) struct OpenFile {
     /// Registrations of this file (lock order: see registration).
     #[pin]
     regs: Mutex<FileRegs>,
+    /// The same by id, for I/O (changed under `regs`, read with no lock).
+    #[pin]
+    reg_index: RegIndex,
     /// io_uring commands of this file in flight.
     uring_inflight: Arc<Atomic<u32>>,
     /// The DMA devices of the block devices of its I/O (see storage).
@@ -51,7 +54,7 @@ pub(crate) struct OpenFile {
 
 impl IoOwner for OpenFile {
     fn registration(&self, id: u64) -> Result<Arc<registration::RegEntry>> {
-        registration::find(&self.regs.lock(), id)
+        registration::find(&self.reg_index, id)
     }
 
     fn dma_hints(&self) -> &DmaHints {
@@ -104,12 +107,19 @@ impl OpenFile {
     /// P2PDIRECT_IOC_REGISTER: returns (id, client).
     pub(crate) fn register(&self, addr: u64, size: u64, write: bool) -> Result<(u64, u32)> {
         let cap = crate::max_pinned_bytes();
-        registration::register(&mut self.regs.lock(), addr, size, write, cap)
+        registration::register(
+            &mut self.regs.lock(),
+            &self.reg_index,
+            addr,
+            size,
+            write,
+            cap,
+        )
     }
 
     /// P2PDIRECT_IOC_DEREGISTER: returns the state the registration had.
     pub(crate) fn deregister(&self, id: u64) -> Result<u32> {
-        registration::deregister(&mut self.regs.lock(), id)
+        registration::deregister(&mut self.regs.lock(), &self.reg_index, id)
     }
 
     /// P2PDIRECT_IOC_REG_QUERY.
@@ -152,6 +162,7 @@ impl OpenFile {
             try_pin_init!(OpenFile {
                 allocs <- new_mutex!(KVec::new()),
                 regs <- new_mutex!(FileRegs::new()),
+                reg_index <- RegIndex::new(),
                 uring_inflight: Arc::new(Atomic::new(0), GFP_KERNEL)?,
                 dma_hints <- DmaHints::new(),
             }),
@@ -163,7 +174,7 @@ impl OpenFile {
     /// owns.
     pub(crate) fn release(&self) {
         // Own registrations first: they may pin this file's own memory.
-        registration::drop_all(&mut self.regs.lock());
+        registration::drop_all(&mut self.regs.lock(), &self.reg_index);
         let allocs = core::mem::take(&mut *self.allocs.lock());
         for a in allocs {
             a.free();

@@ -10,7 +10,8 @@
 //! 0. a PCI device's `device_lock` (driver remove and the bus notifier:
 //!    device removal waits there for the last pin of its memory, as every
 //!    driver's remove waits for its users)
-//! 1. `OpenFile::regs` (a file's registrations)
+//! 1. `OpenFile::regs` (a file's registrations; I/O finds them with no
+//!    lock, in `OpenFile::reg_index` under RCU)
 //! 2. the mmap lock of the calling process (peer-memory lookups, GUP; page
 //!    faults on device memory come in holding it)
 //! 3. `OpenFile::allocs` (a file's allocations; mmap takes it under 2.)
@@ -22,11 +23,10 @@
 //!    driver is unbinding; `Provider::reaped` (what removal sleeps on) is a
 //!    leaf, taken after `Provider::inner` is let go
 //! 7. `RegEntry::claim` and a kernel consumer's `KernelMem::claim` (peer_api;
-//!    a client's callbacks for the claim run under it), under which the
-//!    statistics table is taken (a pin's gauge), then `KernelMem::st`; the
-//!    statistics table, the peer-memory client registry, a file's
-//!    `DmaHints::other` (a spinlock) and a client of another module's state
-//!    are leaves.
+//!    a client's callbacks for the claim run under it), then `KernelMem::st`;
+//!    the peer-memory client registry, a file's `DmaHints::other` (a
+//!    spinlock) and a client of another module's state are leaves. The
+//!    statistics take no lock (atomic counters, stats.rs).
 //!
 //! A dma-buf export (dmabuf.rs) stands beside 1.-3.: its `Exported::link`,
 //! then the buffer's reservation lock (the dma-buf core takes it around

@@ -447,30 +447,33 @@ fn stats(arg: usize, read_only: bool) -> Result<isize> {
             "STATS with RESET needs /dev/p2pdirect opened for writing (O_RDWR)\n"
         );
     }
-    // A reset takes the counters out; if they cannot be copied to the
-    // caller they are put back, so a failed STATS loses nothing.
-    let (rows, taken) = {
-        let mut table = crate::stats::table();
-        let rows = stat_rows(table.rows())?;
-        let taken = if reset { Some(table.take()?) } else { None };
-        (rows, taken)
-    };
-    let room = (req.capacity as usize).min(rows.len());
-    req.count = u32::try_from(rows.len()).map_err(|_| EOVERFLOW)?;
-    let copied = copy_slice_to_user(req.entries as usize, &rows[..room])
-        .and_then(|()| copy_to_user(arg, &req));
+    // A reset takes the counters out, and reports what it took; if they
+    // cannot reach the caller they are put back, so a failed STATS loses
+    // nothing.
+    let table = crate::stats::table();
+    let taken = if reset { Some(table.take()?) } else { None };
+    let copied = match &taken {
+        Some(t) => stat_rows(t.iter().copied()),
+        None => stat_rows(table.rows()),
+    }
+    .and_then(|rows| {
+        let room = (req.capacity as usize).min(rows.len());
+        req.count = u32::try_from(rows.len()).map_err(|_| EOVERFLOW)?;
+        copy_slice_to_user(req.entries as usize, &rows[..room])
+            .and_then(|()| copy_to_user(arg, &req))
+    });
     if let (Err(_), Some(taken)) = (&copied, taken) {
-        crate::stats::table().put_back(taken);
+        table.put_back(taken);
     }
     copied?;
     Ok(0)
 }
 
 /// The UAPI form of the statistics rows.
-fn stat_rows(rows: &[(Key, Counters)]) -> Result<KVec<uapi::p2pdirect_stat>> {
-    let mut out = KVec::with_capacity(rows.len(), GFP_KERNEL)?;
+fn stat_rows(rows: impl Iterator<Item = (Key, Counters)>) -> Result<KVec<uapi::p2pdirect_stat>> {
+    let mut out = KVec::new();
     for (k, c) in rows {
-        let (kind, id) = match *k {
+        let (kind, id) = match k {
             Key::Provider(a) => (uapi::P2PDIRECT_STAT_PROVIDER, a),
             Key::Block(d) => (uapi::P2PDIRECT_STAT_BLOCK, d),
         };

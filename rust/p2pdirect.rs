@@ -72,7 +72,7 @@ struct P2pDirect {
     /// `/dev/p2pdirect`: set up last, so every room it reaches is ready.
     #[pin]
     chardev: chardev::Registration,
-    /// debugfs `p2pdirect/stats` (reads the statistics in `globals`).
+    /// debugfs `p2pdirect/stats` (reads the statistics table, a static).
     #[pin]
     stats_file: kernel::debugfs::File<stats::DebugfsStats>,
     /// debugfs `p2pdirect/`: removed after its file.
@@ -93,8 +93,6 @@ struct P2pDirect {
     devmem: devmem::Globals,
     /// The peer-memory client registry.
     peer_mem: peer_mem::Globals,
-    /// The statistics table: set up first, torn down last.
-    stats: stats::Globals,
 }
 
 impl kernel::InPlaceModule for P2pDirect {
@@ -107,7 +105,6 @@ impl kernel::InPlaceModule for P2pDirect {
         );
         let debugfs = kernel::debugfs::Dir::new(c"p2pdirect");
         try_pin_init!(Self {
-            stats: stats::Globals::init()?,
             peer_mem: peer_mem::Globals::init()?,
             devmem: devmem::Globals::init()?,
             bio_set: sys::bio::BioSet::new()?,

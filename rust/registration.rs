@@ -9,7 +9,11 @@
 //! drops its pins and reports itself dead from then on, whichever file made it.
 //!
 //! Lock order: see `error.rs` (`OpenFile::regs` -> mmap lock -> an
-//! allocation's lock -> `RegEntry::claim` -> statistics).
+//! allocation's lock -> `RegEntry::claim`).
+//!
+//! I/O finds a registration with no lock: a file's registrations are also
+//! in an [`RcuMap`] by id, which REGISTER fills and DEREGISTER and close
+//! empty (under `OpenFile::regs`, like the list).
 
 use crate::{
     devmem::AllocState,
@@ -17,6 +21,7 @@ use crate::{
     ffi,
     peer_mem::{self, Claim, Consumer, UserRange},
     stats::Pinned,
+    sys::rcu_map::RcuMap,
 };
 use kernel::{
     new_mutex,
@@ -122,10 +127,15 @@ impl FileRegs {
     }
 }
 
-/// REGISTER: pins `[addr, addr + size)` for the file owning `regs`, whose
-/// live registrations may pin at most `cap` bytes. Returns (id, client).
+/// The registrations of a file by id, for I/O.
+pub(crate) type RegIndex = RcuMap<RegEntry>;
+
+/// REGISTER: pins `[addr, addr + size)` for the file owning `regs` and
+/// `index`, whose live registrations may pin at most `cap` bytes. Returns
+/// (id, client).
 pub(crate) fn register(
     regs: &mut FileRegs,
+    index: &RegIndex,
     addr: u64,
     size: u64,
     write: bool,
@@ -196,28 +206,34 @@ pub(crate) fn register(
             crate::devmem::reap();
         })?;
     }
+    // Not in the index: the pin goes with `entry`.
+    index
+        .insert(id, entry.clone())
+        .inspect_err(|_| entry.unsubscribe())?;
     regs.list.push_within_capacity(entry).map_err(|_| ENOMEM)?;
     Ok((id, client))
 }
 
-fn take(regs: &mut FileRegs, id: u64) -> Result<Arc<RegEntry>> {
+fn take(regs: &mut FileRegs, index: &RegIndex, id: u64) -> Result<Arc<RegEntry>> {
     let i = regs.list.iter().position(|r| r.id == id).ok_or(ENOENT)?;
     let entry = regs.list.remove(i).map_err(|_| ENOENT)?;
+    // Waits until no I/O can still find it there.
+    drop(index.remove(id));
     entry.unsubscribe();
     Ok(entry)
 }
 
 /// DEREGISTER: drops the registration; returns the state it had.
-pub(crate) fn deregister(regs: &mut FileRegs, id: u64) -> Result<u32> {
-    let state = take(regs, id)?.state();
+pub(crate) fn deregister(regs: &mut FileRegs, index: &RegIndex, id: u64) -> Result<u32> {
+    let state = take(regs, index, id)?.state();
     // Memory freed while registered may wait for this pin only.
     crate::devmem::reap();
     Ok(state)
 }
 
-/// The registration `id` of this file, for I/O.
-pub(crate) fn find(regs: &FileRegs, id: u64) -> Result<Arc<RegEntry>> {
-    regs.list.iter().find(|r| r.id == id).cloned().ok_or(ENOENT)
+/// The registration `id` of this file, for I/O: takes no lock.
+pub(crate) fn find(index: &RegIndex, id: u64) -> Result<Arc<RegEntry>> {
+    index.get(id).ok_or(ENOENT)
 }
 
 /// REG_QUERY.
@@ -230,7 +246,8 @@ pub(crate) fn query(regs: &FileRegs, id: u64) -> Result<u32> {
 }
 
 /// Drops every registration of a closing file.
-pub(crate) fn drop_all(regs: &mut FileRegs) {
+pub(crate) fn drop_all(regs: &mut FileRegs, index: &RegIndex) {
+    index.clear();
     while let Some(r) = regs.list.pop() {
         r.unsubscribe();
     }

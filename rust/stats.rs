@@ -5,10 +5,22 @@
 //! CPU-zeroed), errors, pinned bytes, latency. Read through
 //! `P2PDIRECT_IOC_STATS` and debugfs `p2pdirect/stats`; both can reset them.
 //!
-//! One table under one lock, updated once per I/O: the lock is held for a
-//! few additions, never across I/O.
+//! No lock: a fixed table of rows of atomic counters, updated once per I/O
+//! by every thread at once. A row's key is set once, in the first free row
+//! (compare-and-exchange from 0; a row never frees), so two threads adding
+//! the same new key meet in the same row. Each counter is exact; a row read
+//! while I/Os finish may show one of them in some counters and not yet in
+//! others. At most [`MAX_ROWS`] devices are counted; later ones are not
+//! (said once per module load).
 
-use kernel::prelude::*;
+use crate::sys::ratelimit;
+use kernel::{
+    prelude::*,
+    sync::atomic::{Atomic, Relaxed},
+};
+
+/// Most rows: providers and block devices ever counted since load.
+pub(crate) const MAX_ROWS: usize = 256;
 
 /// What a row counts for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,7 +31,27 @@ pub(crate) enum Key {
     Block(u32),
 }
 
-/// The counters of one row.
+impl Key {
+    /// The row's tag: never 0 (a free row).
+    fn encode(self) -> u64 {
+        match self {
+            Key::Provider(a) => 1 << 32 | u64::from(a),
+            Key::Block(d) => 2 << 32 | u64::from(d),
+        }
+    }
+
+    fn decode(v: u64) -> Option<Self> {
+        // The low 32 bits are the id: truncation is the decoding.
+        let id = v as u32;
+        match v >> 32 {
+            1 => Some(Key::Provider(id)),
+            2 => Some(Key::Block(id)),
+            _ => None,
+        }
+    }
+}
+
+/// The counters of one row, as read at one moment.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) reads: u64,
@@ -39,13 +71,6 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    fn reset(&mut self) {
-        *self = Self {
-            pinned: self.pinned,
-            ..Self::default()
-        };
-    }
-
     /// The shortest I/O so far, in nanoseconds (0: none yet).
     pub(crate) fn lat_min_ns(&self) -> u64 {
         self.lat_min_ns
@@ -72,99 +97,247 @@ pub(crate) struct IoRecord {
     pub(crate) ns: u64,
 }
 
-/// The rows.
-pub(crate) struct Table {
-    rows: KVec<(Key, Counters)>,
+/// One row of atomic counters.
+///
+/// INVARIANT: the counters of a row whose key is 0 are all 0 (nothing adds
+/// to a row before it has its key).
+struct Row {
+    key: Atomic<u64>,
+    reads: Atomic<u64>,
+    writes: Atomic<u64>,
+    errors: Atomic<u64>,
+    bytes_read: Atomic<u64>,
+    bytes_written: Atomic<u64>,
+    p2p: Atomic<u64>,
+    bounced: Atomic<u64>,
+    zeroed: Atomic<u64>,
+    pinned: Atomic<u64>,
+    lat_n: Atomic<u64>,
+    lat_sum_ns: Atomic<u64>,
+    /// 0 before the first I/O (an I/O counts at least 1 ns).
+    lat_min_ns: Atomic<u64>,
+    lat_max_ns: Atomic<u64>,
 }
 
-impl Table {
-    pub(crate) const fn new() -> Self {
-        Self { rows: KVec::new() }
+/// Lowers `a` to `v` (0 in `a`: none yet).
+fn lower(a: &Atomic<u64>, v: u64) {
+    let mut cur = a.load(Relaxed);
+    while cur == 0 || v < cur {
+        match a.cmpxchg(cur, v, Relaxed) {
+            Ok(_) => return,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Raises `a` to `v`.
+fn raise(a: &Atomic<u64>, v: u64) {
+    let mut cur = a.load(Relaxed);
+    while v > cur {
+        match a.cmpxchg(cur, v, Relaxed) {
+            Ok(_) => return,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+impl Row {
+    const fn new() -> Self {
+        Self {
+            key: Atomic::new(0),
+            reads: Atomic::new(0),
+            writes: Atomic::new(0),
+            errors: Atomic::new(0),
+            bytes_read: Atomic::new(0),
+            bytes_written: Atomic::new(0),
+            p2p: Atomic::new(0),
+            bounced: Atomic::new(0),
+            zeroed: Atomic::new(0),
+            pinned: Atomic::new(0),
+            lat_n: Atomic::new(0),
+            lat_sum_ns: Atomic::new(0),
+            lat_min_ns: Atomic::new(0),
+            lat_max_ns: Atomic::new(0),
+        }
     }
 
-    fn row(&mut self, key: Key) -> Result<&mut Counters> {
-        let i = match self.rows.iter().position(|(k, _)| *k == key) {
-            Some(i) => i,
-            None => {
-                self.rows.push((key, Counters::default()), GFP_KERNEL)?;
-                self.rows.len() - 1
+    /// Reads the counters (`take`: and resets all but the gauge).
+    fn read(&self, take: bool) -> Counters {
+        let get = |a: &Atomic<u64>| {
+            if take {
+                a.xchg(0, Relaxed)
+            } else {
+                a.load(Relaxed)
             }
         };
-        Ok(&mut self.rows[i].1)
+        Counters {
+            reads: get(&self.reads),
+            writes: get(&self.writes),
+            errors: get(&self.errors),
+            bytes_read: get(&self.bytes_read),
+            bytes_written: get(&self.bytes_written),
+            p2p: get(&self.p2p),
+            bounced: get(&self.bounced),
+            zeroed: get(&self.zeroed),
+            pinned: self.pinned.load(Relaxed),
+            lat_n: get(&self.lat_n),
+            lat_sum_ns: get(&self.lat_sum_ns),
+            lat_min_ns: get(&self.lat_min_ns),
+            lat_max_ns: get(&self.lat_max_ns),
+        }
     }
 
-    /// Adds one I/O to the rows of `keys` (a row that cannot be allocated
-    /// misses the I/O; the I/O itself is not failed for it).
-    pub(crate) fn add(&mut self, keys: &[Option<Key>], r: &IoRecord) {
-        for key in keys.iter().flatten() {
-            let Ok(c) = self.row(*key) else { continue };
-            if r.write {
-                c.writes += 1;
-                c.bytes_written += r.bytes;
-            } else {
-                c.reads += 1;
-                c.bytes_read += r.bytes;
+    /// Adds `c` (all but the gauge).
+    fn merge(&self, c: &Counters) {
+        self.reads.fetch_add(c.reads, Relaxed);
+        self.writes.fetch_add(c.writes, Relaxed);
+        self.errors.fetch_add(c.errors, Relaxed);
+        self.bytes_read.fetch_add(c.bytes_read, Relaxed);
+        self.bytes_written.fetch_add(c.bytes_written, Relaxed);
+        self.p2p.fetch_add(c.p2p, Relaxed);
+        self.bounced.fetch_add(c.bounced, Relaxed);
+        self.zeroed.fetch_add(c.zeroed, Relaxed);
+        if c.lat_n != 0 {
+            lower(&self.lat_min_ns, c.lat_min_ns);
+            raise(&self.lat_max_ns, c.lat_max_ns);
+            self.lat_sum_ns.fetch_add(c.lat_sum_ns, Relaxed);
+            self.lat_n.fetch_add(c.lat_n, Relaxed);
+        }
+    }
+}
+
+/// The rows: `N` of them, [`MAX_ROWS`] in the module's table.
+pub(crate) struct Table<const N: usize> {
+    rows: [Row; N],
+}
+
+impl<const N: usize> Table<N> {
+    pub(crate) const fn new() -> Self {
+        Self {
+            rows: [const { Row::new() }; N],
+        }
+    }
+
+    /// The row of `key`, given it if it had none; `None` if the table is full.
+    fn row(&self, key: Key) -> Option<&Row> {
+        let tag = key.encode();
+        for r in self.rows.iter() {
+            let mut k = r.key.load(Relaxed);
+            if k == 0 {
+                // Taken by this thread, or by one that got there first: for
+                // the same key (the same row, then) or another (look on).
+                k = match r.key.cmpxchg(0, tag, Relaxed) {
+                    Ok(_) => tag,
+                    Err(now) => now,
+                };
             }
-            c.errors += u64::from(!r.ok);
-            c.p2p += r.p2p;
-            c.bounced += r.bounced;
-            c.zeroed += r.zeroed;
-            c.lat_min_ns = if c.lat_n == 0 {
-                r.ns
+            if k == tag {
+                return Some(r);
+            }
+        }
+        if ratelimit::allow() {
+            pr_info!(
+                "statistics: all {} rows are taken; {:?} is not counted\n",
+                N,
+                key
+            );
+        }
+        None
+    }
+
+    /// The rows that have a key, in the order they got it.
+    fn used(&self) -> impl Iterator<Item = (Key, &Row)> {
+        self.rows
+            .iter()
+            .map_while(|r| Key::decode(r.key.load(Relaxed)).map(|k| (k, r)))
+    }
+
+    /// Adds one I/O to the rows of `keys` (a device the full table has no
+    /// row for misses the I/O; the I/O itself is not failed for it).
+    pub(crate) fn add(&self, keys: &[Option<Key>], r: &IoRecord) {
+        let ns = r.ns.max(1);
+        for key in keys.iter().flatten() {
+            let Some(c) = self.row(*key) else { continue };
+            if r.write {
+                c.writes.fetch_add(1, Relaxed);
+                c.bytes_written.fetch_add(r.bytes, Relaxed);
             } else {
-                c.lat_min_ns.min(r.ns)
-            };
-            c.lat_max_ns = c.lat_max_ns.max(r.ns);
-            c.lat_sum_ns = c.lat_sum_ns.saturating_add(r.ns);
-            c.lat_n += 1;
+                c.reads.fetch_add(1, Relaxed);
+                c.bytes_read.fetch_add(r.bytes, Relaxed);
+            }
+            if !r.ok {
+                c.errors.fetch_add(1, Relaxed);
+            }
+            for (a, v) in [
+                (&c.p2p, r.p2p),
+                (&c.bounced, r.bounced),
+                (&c.zeroed, r.zeroed),
+            ] {
+                if v != 0 {
+                    a.fetch_add(v, Relaxed);
+                }
+            }
+            lower(&c.lat_min_ns, ns);
+            raise(&c.lat_max_ns, ns);
+            c.lat_sum_ns.fetch_add(ns, Relaxed);
+            c.lat_n.fetch_add(1, Relaxed);
         }
     }
 
-    pub(crate) fn reset(&mut self) {
-        for (_, c) in self.rows.iter_mut() {
-            c.reset();
+    /// Resets every counter; the pinned gauges stay.
+    pub(crate) fn reset(&self) {
+        for (_, r) in self.used() {
+            r.read(true);
         }
+    }
+
+    /// The rows as they are now.
+    pub(crate) fn rows(&self) -> impl Iterator<Item = (Key, Counters)> + '_ {
+        self.used().map(|(k, r)| (k, r.read(false)))
     }
 
     /// Resets the counters and returns what they held (for [`Self::put_back`]).
-    pub(crate) fn take(&mut self) -> Result<KVec<(Key, Counters)>> {
-        let mut out = KVec::with_capacity(self.rows.len(), GFP_KERNEL)?;
-        for r in self.rows.iter() {
-            out.push(*r, GFP_KERNEL)?;
+    pub(crate) fn take(&self) -> Result<KVec<(Key, Counters)>> {
+        let mut out = KVec::with_capacity(self.used().count(), GFP_KERNEL)?;
+        for (k, r) in self.used() {
+            // A row keyed since the count: its I/Os stay in it, unread.
+            if out.push_within_capacity((k, r.read(true))).is_err() {
+                break;
+            }
         }
-        self.reset();
         Ok(out)
     }
 
     /// Adds counters taken by [`Self::take`] back (a reset that did not
     /// reach its caller), merged with what was counted since.
-    pub(crate) fn put_back(&mut self, taken: KVec<(Key, Counters)>) {
+    pub(crate) fn put_back(&self, taken: KVec<(Key, Counters)>) {
         for (key, t) in taken.iter() {
-            let Ok(c) = self.row(*key) else { continue };
-            c.reads += t.reads;
-            c.writes += t.writes;
-            c.errors += t.errors;
-            c.bytes_read += t.bytes_read;
-            c.bytes_written += t.bytes_written;
-            c.p2p += t.p2p;
-            c.bounced += t.bounced;
-            c.zeroed += t.zeroed;
-            if t.lat_n != 0 {
-                c.lat_min_ns = if c.lat_n == 0 {
-                    t.lat_min_ns
-                } else {
-                    c.lat_min_ns.min(t.lat_min_ns)
-                };
-                c.lat_max_ns = c.lat_max_ns.max(t.lat_max_ns);
+            if let Some(r) = self.row(*key) {
+                r.merge(t);
             }
-            c.lat_sum_ns = c.lat_sum_ns.saturating_add(t.lat_sum_ns);
-            c.lat_n += t.lat_n;
         }
     }
 
-    pub(crate) fn rows(&self) -> &[(Key, Counters)] {
-        &self.rows
+    /// Adds `bytes` to `key`'s pinned gauge (false: the table is full).
+    fn pin(&self, key: Key, bytes: u64) -> bool {
+        self.row(key)
+            .map(|r| r.pinned.fetch_add(bytes, Relaxed))
+            .is_some()
     }
+
+    /// Takes `bytes` off `key`'s pinned gauge.
+    fn unpin(&self, key: Key, bytes: u64) {
+        if let Some(r) = self.row(key) {
+            r.pinned.fetch_sub(bytes, Relaxed);
+        }
+    }
+}
+
+static TABLE: Table<MAX_ROWS> = Table::new();
+
+/// The statistics table.
+pub(crate) fn table() -> &'static Table<MAX_ROWS> {
+    &TABLE
 }
 
 /// Device memory of `provider` pinned while this lives (a registration or
@@ -176,22 +349,20 @@ pub(crate) struct Pinned {
 
 impl Pinned {
     pub(crate) fn new(provider: u32, bytes: u64) -> Self {
-        if let Ok(c) = table().row(Key::Provider(provider)) {
-            c.pinned += bytes;
-            return Self { provider, bytes };
-        }
         // No row, nothing to undo.
-        Self { provider, bytes: 0 }
+        let bytes = if table().pin(Key::Provider(provider), bytes) {
+            bytes
+        } else {
+            0
+        };
+        Self { provider, bytes }
     }
 }
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        if self.bytes == 0 {
-            return;
-        }
-        if let Ok(c) = table().row(Key::Provider(self.provider)) {
-            c.pinned = c.pinned.saturating_sub(self.bytes);
+        if self.bytes != 0 {
+            table().unpin(Key::Provider(self.provider), self.bytes);
         }
     }
 }
@@ -244,7 +415,7 @@ impl DebugfsStats {
             "lat_max_us"
         )?;
         for (k, c) in table().rows() {
-            match *k {
+            match k {
                 Key::Provider(a) => write!(f, "{:<8} {:<12} ", "provider", Bdf(a))?,
                 Key::Block(d) => write!(f, "{:<8} {:>5}:{:<6} ", "block", d >> 20, d & 0xfffff)?,
             }
@@ -290,15 +461,24 @@ mod tests {
         }
     }
 
+    fn rows<const N: usize>(t: &Table<N>) -> KVec<(Key, Counters)> {
+        let mut v = KVec::new();
+        for r in t.rows() {
+            v.push(r, GFP_KERNEL).unwrap();
+        }
+        v
+    }
+
     #[test]
     fn counts_and_latency() {
-        let mut t = Table::new();
+        let t = Table::<4>::new();
         let keys = [Some(Key::Provider(1)), Some(Key::Block(2))];
         t.add(&keys, &io(false, true, 4096, 300));
         t.add(&keys, &io(true, true, 8192, 100));
         t.add(&keys[1..], &io(false, false, 0, 200));
-        let rows = t.rows();
+        let rows = rows(&t);
         assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].0, rows[1].0), (Key::Provider(1), Key::Block(2)));
         let (p, b) = (&rows[0].1, &rows[1].1);
         assert_eq!((p.reads, p.writes, p.errors), (1, 1, 0));
         assert_eq!((p.bytes_read, p.bytes_written, p.p2p), (4096, 8192, 12288));
@@ -311,13 +491,14 @@ mod tests {
 
     #[test]
     fn take_then_put_back_loses_nothing() {
-        let mut t = Table::new();
+        let t = Table::<4>::new();
         let k = [Some(Key::Block(7)), None];
         t.add(&k, &io(false, true, 4096, 50));
         let taken = t.take().unwrap();
+        assert_eq!(rows(&t)[0].1.reads, 0);
         t.add(&k, &io(true, true, 512, 10));
         t.put_back(taken);
-        let c = t.rows()[0].1;
+        let c = rows(&t)[0].1;
         assert_eq!(
             (c.reads, c.writes, c.bytes_read, c.bytes_written),
             (1, 1, 4096, 512)
@@ -327,23 +508,36 @@ mod tests {
 
     #[test]
     fn reset_keeps_the_pinned_gauge() {
-        let mut t = Table::new();
+        let t = Table::<4>::new();
         t.add(&[Some(Key::Provider(7)), None], &io(false, true, 4096, 5));
-        if let Ok(c) = t.row(Key::Provider(7)) {
-            c.pinned = 1 << 20;
-        }
+        assert!(t.pin(Key::Provider(7), 1 << 20));
         t.reset();
-        let c = &t.rows()[0].1;
+        let c = rows(&t)[0].1;
         assert_eq!((c.reads, c.bytes_read, c.lat_max_ns), (0, 0, 0));
         assert_eq!(c.pinned, 1 << 20);
+        t.unpin(Key::Provider(7), 1 << 20);
+        assert_eq!(rows(&t)[0].1.pinned, 0);
     }
-}
 
-crate::sys::global::global_mutex! {
-    static TABLE: Table = Table::new();
-    /// The table's global: set up in module init before anything that
-    /// counts, emptied after.
-    pub(crate) struct Globals;
-    /// The statistics table (a leaf lock).
-    pub(crate) fn table;
+    #[test]
+    fn a_full_table_counts_the_devices_it_has() {
+        let t = Table::<2>::new();
+        let io4k = io(false, true, 4096, 5);
+        t.add(&[Some(Key::Block(1)), Some(Key::Provider(1))], &io4k);
+        t.add(&[Some(Key::Block(2)), Some(Key::Provider(1))], &io4k);
+        assert!(!t.pin(Key::Provider(2), 4096));
+        let rows = rows(&t);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].0, rows[0].1.reads), (Key::Block(1), 1));
+        assert_eq!((rows[1].0, rows[1].1.reads), (Key::Provider(1), 2));
+    }
+
+    #[test]
+    fn keys_round_trip() {
+        for k in [Key::Provider(0), Key::Block(0), Key::Block(u32::MAX)] {
+            assert_ne!(k.encode(), 0);
+            assert_eq!(Key::decode(k.encode()), Some(k));
+        }
+        assert_eq!(Key::decode(0), None);
+    }
 }

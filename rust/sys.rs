@@ -18,6 +18,7 @@ pub(crate) mod pci_notify;
 pub(crate) mod pci_p2pdma;
 pub(crate) mod peer_client;
 pub(crate) mod ratelimit;
+pub(crate) mod rcu_map;
 pub(crate) mod uapi;
 pub(crate) mod uring_cmd;
 pub(crate) mod vma;

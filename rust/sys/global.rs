@@ -16,7 +16,7 @@
 ///     static TABLE: Table = Table::new();
 ///     /// The table's global.
 ///     pub(crate) struct Globals;
-///     /// The statistics table (a leaf lock).
+///     /// The table (a leaf lock).
 ///     pub(crate) fn table;
 /// }
 /// ```

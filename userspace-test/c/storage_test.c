@@ -838,11 +838,21 @@ static int run_process(const char *ns, const struct gpu *g, int gi, int proc)
 	return failures > 99 ? 99 : failures;
 }
 
-/* Several processes, several threads each, separate and shared buffers. */
+/*
+ * Several processes, several threads each, separate and shared buffers; the
+ * statistics, which every thread updates at once, count every I/O.
+ */
 TEST_F(st, concurrent_processes_and_threads)
 {
+	const __u64 ios = PROCS * THREADS * ROUNDS;
+	struct p2pdirect_stat rows[32], *blk, *prov;
+	__u64 prov_reads = 0, prov_writes = 0;
 	pid_t pid[PROCS];
+	struct stat st;
+	int n;
 
+	ASSERT_EQ(0, stat(self->ns1, &st));
+	ASSERT_GE(stats(self->dev, rows, 32, P2PDIRECT_STATS_RESET), 0);
 	for (int p = 0; p < PROCS; p++) {
 		pid[p] = fork();
 		ASSERT_GE(pid[p], 0);
@@ -857,6 +867,27 @@ TEST_F(st, concurrent_processes_and_threads)
 		EXPECT_EQ(0, WEXITSTATUS(status)) TH_LOG("process %d: %d failures", p,
 							 WEXITSTATUS(status));
 	}
+	/* Per thread and round: three READs and one WRITE of SLICE bytes. */
+	n = stats(self->dev, rows, 32, 0);
+	ASSERT_GT(n, 0);
+	blk = stat_row(rows, n, P2PDIRECT_STAT_BLOCK,
+		       (major(st.st_rdev) << 20) | minor(st.st_rdev));
+	ASSERT_NE(NULL, blk);
+	EXPECT_EQ(3 * ios, blk->reads);
+	EXPECT_EQ(ios, blk->writes);
+	EXPECT_EQ(0u, blk->errors);
+	EXPECT_EQ(3 * ios * SLICE, blk->bytes_read);
+	EXPECT_EQ(ios * SLICE, blk->bytes_written);
+	EXPECT_EQ(4 * ios * SLICE, blk->p2p_bytes);
+	for (int g = 0; g < 2; g++) {
+		prov = stat_row(rows, n, P2PDIRECT_STAT_PROVIDER, self->gpu[g].pci);
+		if (prov) {
+			prov_reads += prov->reads;
+			prov_writes += prov->writes;
+		}
+	}
+	EXPECT_EQ(3 * ios, prov_reads);
+	EXPECT_EQ(ios, prov_writes);
 }
 
 struct racer {
@@ -919,6 +950,89 @@ TEST_F(st, io_racing_free)
 	TH_LOG("%d READs completed, %d refused after FREE", r.ok, r.refused);
 	EXPECT_EQ(0, r.other);
 	EXPECT_LT(0, r.refused);
+	close(r.fd);
+}
+
+struct dereg_racer {
+	int dev, fd;
+	__u64 id;		/* __atomic: the registration to READ through */
+	int stop;		/* __atomic */
+	int ok, gone, other;
+};
+
+static void *dereg_racer_main(void *arg)
+{
+	struct dereg_racer *r = arg;
+
+	while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
+		__u64 id = __atomic_load_n(&r->id, __ATOMIC_ACQUIRE);
+		int e = rw(r->dev, false, r->fd, P2PDIRECT_IO_REGISTERED, id, 64 * KiB, 0, 0,
+			   NULL);
+
+		if (!e)
+			__atomic_add_fetch(&r->ok, 1, __ATOMIC_RELAXED);
+		else if (e == -ENOENT)
+			__atomic_add_fetch(&r->gone, 1, __ATOMIC_RELAXED);
+		else
+			__atomic_add_fetch(&r->other, 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+/*
+ * Registered READs from two threads racing with REGISTER and DEREGISTER of
+ * their registration on the same file: each READ moves the data or finds
+ * no registration (ENOENT), nothing else; what the registrations pinned is
+ * given back.
+ */
+TEST_F(st, registered_io_racing_deregister)
+{
+	struct dereg_racer r = { .dev = self->dev };
+	struct p2pdirect_stat rows[32], *prov;
+	__u64 len = 64 * KiB, pinned;
+	pthread_t t[2];
+	struct dbuf b;
+	int n;
+
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], len, &b));
+	r.fd = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(r.fd, 0);
+	n = stats(self->dev, rows, 32, 0);
+	ASSERT_GT(n, 0);
+	prov = stat_row(rows, n, P2PDIRECT_STAT_PROVIDER, self->gpu[0].pci);
+	pinned = prov ? prov->pinned_bytes : 0;
+	for (int i = 0; i < 2; i++)
+		ASSERT_EQ(0, pthread_create(&t[i], NULL, dereg_racer_main, &r));
+	for (int round = 0; round < 200; round++) {
+		struct p2pdirect_register reg = { .addr = (uintptr_t)b.p, .size = len,
+						  .flags = P2PDIRECT_REG_WRITE };
+		struct p2pdirect_reg_id q = { 0 };
+
+		ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &reg));
+		__atomic_store_n(&r.id, reg.id, __ATOMIC_RELEASE);
+		usleep(1000);
+		q.id = reg.id;
+		ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_DEREGISTER, &q));
+		EXPECT_EQ((__u32)P2PDIRECT_REG_LIVE, q.state);
+		EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_REG_QUERY, &q));
+		EXPECT_EQ(ENOENT, errno);
+		usleep(300);
+	}
+	__atomic_store_n(&r.stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	TH_LOG("%d READs completed, %d found no registration", r.ok, r.gone);
+	EXPECT_LT(0, r.ok);
+	EXPECT_EQ(0, r.other);
+	/* Every READ put NSID 1's first 64 KiB there. */
+	if (r.ok)
+		EXPECT_EQ(0u, fill_diff(b.p, len, 0, 1));
+	rec_ns(&b, 0, len, 1, 0, GUARD);
+	n = stats(self->dev, rows, 32, 0);
+	ASSERT_GT(n, 0);
+	prov = stat_row(rows, n, P2PDIRECT_STAT_PROVIDER, self->gpu[0].pci);
+	ASSERT_NE(NULL, prov);
+	EXPECT_EQ(pinned, prov->pinned_bytes);
 	close(r.fd);
 }
 

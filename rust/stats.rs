@@ -11,7 +11,7 @@
 //! the same new key meet in the same row. Each counter is exact; a row read
 //! while I/Os finish may show one of them in some counters and not yet in
 //! others. At most [`MAX_ROWS`] devices are counted; later ones are not
-//! (said once per module load).
+//! (a rate-limited message says so).
 
 use crate::sys::ratelimit;
 use kernel::{
@@ -20,7 +20,7 @@ use kernel::{
 };
 
 /// Most rows: providers and block devices ever counted since load.
-pub(crate) const MAX_ROWS: usize = 256;
+pub(crate) const MAX_ROWS: usize = crate::sys::uapi::P2PDIRECT_STATS_MAX_ENTRIES as usize;
 
 /// What a row counts for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

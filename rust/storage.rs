@@ -349,8 +349,8 @@ fn to_task<W: TaskWork>(cmd: Option<PendingCmd>, io: KBox<W>) {
     match cmd {
         Some(cmd) => cmd.complete(io),
         // Cannot happen (the command is set before the I/O goes). Nothing
-        // of the I/O may be dropped here (the statistics lock sleeps): keep
-        // it.
+        // of the I/O may be dropped here (in any context: letting go of its
+        // file and memory may sleep): keep it.
         None => {
             pr_err!("io_uring I/O completed without its command; leaking its state\n");
             KBox::leak(io);

@@ -630,6 +630,7 @@ TEST_F(st, statistics)
 	rec_dma(1, 2 * MiB, 2 * len, b.g->bdf);
 	n = stats(self->dev, rows, 32, 0);
 	ASSERT_GT(n, 0);
+	EXPECT_LE(n, P2PDIRECT_STATS_MAX_ENTRIES);
 	prov = stat_row(rows, n, P2PDIRECT_STAT_PROVIDER, self->gpu[0].pci);
 	blk = stat_row(rows, n, P2PDIRECT_STAT_BLOCK,
 		       (major(st.st_rdev) << 20) | minor(st.st_rdev));

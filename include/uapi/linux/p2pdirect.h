@@ -65,7 +65,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 9
+#define P2PDIRECT_ABI_MINOR 10
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -460,6 +460,9 @@ struct p2pdirect_stat {
 	__u64 lat_max_ns;
 };
 
+/* Most entries STATS returns (providers and block devices together). */
+#define P2PDIRECT_STATS_MAX_ENTRIES 256
+
 /* struct p2pdirect_stats.flags */
 #define P2PDIRECT_STATS_RESET 1	/* zero the counters after reading them */
 
@@ -472,8 +475,12 @@ struct p2pdirect_stat {
  * @pad: zero
  *
  * An entry exists for every provider and block device that has seen I/O
- * since the module loaded. Writing anything to debugfs p2pdirect/stats also
- * resets the counters.
+ * since the module loaded, up to P2PDIRECT_STATS_MAX_ENTRIES (since 1.10):
+ * devices after that many are not counted (the kernel log says so, rate
+ * limited), so an array of that many entries always holds them all.
+ * Counters are updated without a lock: each is exact, but entries read
+ * while I/O runs may show an I/O in some counters and not yet in others.
+ * Writing anything to debugfs p2pdirect/stats also resets the counters.
  *
  * Errors: -EINVAL unknown flags, pad.
  */

@@ -39,7 +39,7 @@ use crate::{
     registration::RegEntry,
     stats::{Bdf, IoRecord, Key, Pinned},
     sys::{
-        bio::{self, AsyncBatch, AsyncOwner, Batch, BuildBios},
+        bio::{self, AsyncBatch, AsyncOwner, Batch, BioPages, BuildBios},
         blkdev::{BlockDevice, DmaDevices},
         fs::{AsyncRw, AsyncRwOwner, Issued},
         uapi,
@@ -1053,8 +1053,9 @@ fn build_bios<B: BuildBios>(
         let mut added = 0u64;
         while added < want {
             let at = off + queued + added;
-            let piece = (page - (first + at) % page).min(want - added);
-            if !batch.add(&mut bio, at, piece as u32) {
+            // A run of contiguous pages goes in as one vector.
+            let piece = span.pages.contiguous(at, want - added);
+            if piece == 0 || !batch.add(&mut bio, at, piece as u32) {
                 break;
             }
             added += piece;
@@ -1065,6 +1066,7 @@ fn build_bios<B: BuildBios>(
         }
         // Pieces end on page boundaries or at the I/O's end, all multiples
         // of the logical block size: a partial bio is still whole blocks.
+        // (`want` fits a `u32`: `bio_bytes` bounds it by `max_bytes`.)
         if let Err(e) = batch.submit(bio, queued) {
             return (queued, Some(e));
         }

@@ -41,6 +41,16 @@ pub(crate) trait BioPages {
     /// The page holding byte `off` of the range and the offset of that byte
     /// in it; `None` if `off` is outside the range.
     fn page_at(&self, off: u64) -> Option<(BorrowedPage<'_>, u32)>;
+
+    /// Bytes from `off`, at most `max`, that one bio vector may hold: pages
+    /// the block layer takes as one multi-page vector (consecutive both as
+    /// `struct page`s and physically, of one `dev_pagemap`). At least to
+    /// the end of `off`'s page; 0 if `off` is outside the range.
+    fn contiguous(&self, off: u64, max: u64) -> u64 {
+        self.page_at(off).map_or(0, |(_, in_page)| {
+            (kernel::page::PAGE_SIZE as u64 - u64::from(in_page)).min(max)
+        })
+    }
 }
 
 /// A bio of a [`Batch`] as the bio set allocates it: the front pad carries
@@ -130,7 +140,8 @@ fn opf(write: bool) -> bindings::blk_opf_t {
 }
 
 /// Adds bytes `[off, off + len)` of `pages` (within one page) to `bio`;
-/// `false` if they are not inside one page of the range or the bio is full.
+/// `false` if they are not one vector's worth of the range
+/// ([`BioPages::contiguous`]) or the bio is full.
 ///
 /// # Safety
 ///
@@ -139,10 +150,7 @@ unsafe fn add_range<P: BioPages>(bio: *mut bindings::bio, pages: &P, off: u64, l
     let Some((page, in_page)) = pages.page_at(off) else {
         return false;
     };
-    let inside = off
-        .checked_add(u64::from(len))
-        .is_some_and(|e| e <= pages.len());
-    if !inside || in_page as usize + len as usize > kernel::page::PAGE_SIZE {
+    if len == 0 || pages.contiguous(off, u64::from(len)) != u64::from(len) {
         return false;
     }
     // SAFETY: `bio` is valid and unsubmitted (caller); the page is valid while
@@ -191,8 +199,8 @@ pub(crate) fn rw_onstack<P: BioPages>(
     let mut done = 0u32;
     while done < len {
         let at = off + u64::from(done);
-        let in_page = pages.page_at(at).map_or(0, |(_, o)| o);
-        let n = (kernel::page::PAGE_SIZE as u32 - in_page).min(len - done);
+        // At most `len - done`, so it fits a `u32`.
+        let n = pages.contiguous(at, u64::from(len - done)) as u32;
         // SAFETY: the bio is initialised, ours and unsubmitted.
         if !unsafe { add_range(bio, pages, at, n) } {
             // SAFETY: initialised above, never submitted.

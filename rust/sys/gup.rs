@@ -20,7 +20,7 @@
 
 use core::{
     ptr::NonNull,
-    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering},
 };
 use kernel::{
     bindings,
@@ -67,6 +67,18 @@ struct Inner {
     provider: AtomicU32,
     /// The last function known to reach every page.
     reach_ok: ReachCache,
+    /// Whether the pages are one run ([`Run`]), once looked at.
+    run: AtomicU8,
+}
+
+/// `Inner::run`: whether every page is P2PDMA memory of one `dev_pagemap`,
+/// each `struct page` and each physical page following the one before (what
+/// `bio_add_page` merges into one multi-page vector).
+#[repr(u8)]
+enum Run {
+    Unknown = 0,
+    One = 1,
+    Several = 2,
 }
 
 /// Remembers the last PCI function (by [`slot_key`]) known to reach a set
@@ -163,6 +175,7 @@ impl Pages {
             source: Source::User,
             provider: AtomicU32::new(0),
             reach_ok: ReachCache::new(),
+            run: AtomicU8::new(Run::Unknown as u8),
         })
     }
 
@@ -181,6 +194,7 @@ impl Pages {
             source: Source::Allocated,
             provider: AtomicU32::new(0),
             reach_ok: ReachCache::new(),
+            run: AtomicU8::new(Run::Unknown as u8),
         };
         for _ in 0..npages {
             // SAFETY: plain page allocation.
@@ -222,6 +236,32 @@ impl Pages {
         let abs = u64::from(inner.offset) + off;
         let page = *inner.pages.get(usize::try_from(abs / PAGE).ok()?)?;
         Some((page, (abs % PAGE) as u32))
+    }
+
+    /// Whether the pages are one run (see [`Run`]): looked at once.
+    fn one_run(&self) -> bool {
+        let inner = self.inner();
+        let known = inner.run.load(Ordering::Relaxed);
+        if known != Run::Unknown as u8 {
+            return known == Run::One as u8;
+        }
+        let pages = &inner.pages[..];
+        let one = pages.first().is_some_and(|&first| {
+            // SAFETY: each page is held (type invariant of `Inner`); a
+            // P2PDMA page has a pgmap, and only those are asked for it.
+            unsafe {
+                c::p2pdirect_page_is_p2pdma(first)
+                    && pages.windows(2).all(|w| {
+                        c::p2pdirect_page_is_p2pdma(w[1])
+                            && w[1] == w[0].wrapping_add(1)
+                            && c::p2pdirect_page_phys(w[1]) == c::p2pdirect_page_phys(w[0]) + PAGE
+                            && c::p2pdirect_page_pgmap(w[1]) == c::p2pdirect_page_pgmap(first)
+                    })
+            }
+        });
+        let run = if one { Run::One } else { Run::Several };
+        inner.run.store(run as u8, Ordering::Relaxed);
+        one
     }
 
     /// Whether every page is P2PDMA memory.
@@ -413,6 +453,17 @@ impl BioPages for Pages {
         Pages::len(self)
     }
 
+    fn contiguous(&self, off: u64, max: u64) -> u64 {
+        let Some((_, in_page)) = self.page_and_offset(off) else {
+            return 0;
+        };
+        if self.one_run() {
+            (self.inner().len - off).min(max)
+        } else {
+            (PAGE - u64::from(in_page)).min(max)
+        }
+    }
+
     fn page_at(&self, off: u64) -> Option<(BorrowedPage<'_>, u32)> {
         let (page, in_page) = self.page_and_offset(off)?;
         // SAFETY: the page is held while `self` lives, so for as long as the
@@ -435,6 +486,17 @@ pub(crate) fn user_addr_is_p2pdma(addr: u64) -> Result<bool> {
 mod tests {
     use super::*;
     use crate::sys::pci_p2pdma::location_key;
+
+    #[test]
+    fn host_pages_go_into_bios_page_by_page() {
+        // Allocated pages are no P2PDMA run: a vector ends at its page's end.
+        let p = Pages::alloc_zeroed(3 * PAGE).unwrap();
+        assert!(!p.one_run());
+        assert_eq!(p.contiguous(0, 3 * PAGE), PAGE);
+        assert_eq!(p.contiguous(PAGE + 512, 3 * PAGE), PAGE - 512);
+        assert_eq!(p.contiguous(0, 1024), 1024);
+        assert_eq!(p.contiguous(3 * PAGE, PAGE), 0);
+    }
 
     #[test]
     fn reach_cache_remembers_the_last_function() {

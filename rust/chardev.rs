@@ -119,7 +119,10 @@ impl OpenFile {
 
     /// P2PDIRECT_IOC_DEREGISTER: returns the state the registration had.
     pub(crate) fn deregister(&self, id: u64) -> Result<u32> {
-        registration::deregister(&mut self.regs.lock(), &self.reg_index, id)
+        let (state, gone) = registration::deregister(&mut self.regs.lock(), &self.reg_index, id)?;
+        // With the file's registration lock let go: waits for a grace period.
+        drop(gone);
+        Ok(state)
     }
 
     /// P2PDIRECT_IOC_REG_QUERY.

@@ -13,7 +13,9 @@
 //!
 //! I/O finds a registration with no lock: a file's registrations are also
 //! in an [`RcuMap`] by id, which REGISTER fills and DEREGISTER and close
-//! empty (under `OpenFile::regs`, like the list).
+//! empty (under `OpenFile::regs`, like the list). DEREGISTER waits for an
+//! RCU grace period (expedited: tens of microseconds) after it let go of
+//! `OpenFile::regs`; close waits for one for all of the file's.
 
 use crate::{
     devmem::AllocState,
@@ -21,7 +23,7 @@ use crate::{
     ffi,
     peer_mem::{self, Claim, Consumer, UserRange},
     stats::Pinned,
-    sys::rcu_map::RcuMap,
+    sys::rcu_map::{RcuMap, Retired},
 };
 use kernel::{
     new_mutex,
@@ -214,21 +216,42 @@ pub(crate) fn register(
     Ok((id, client))
 }
 
-fn take(regs: &mut FileRegs, index: &RegIndex, id: u64) -> Result<Arc<RegEntry>> {
-    let i = regs.list.iter().position(|r| r.id == id).ok_or(ENOENT)?;
-    let entry = regs.list.remove(i).map_err(|_| ENOENT)?;
-    // Waits until no I/O can still find it there.
-    drop(index.remove(id));
-    entry.unsubscribe();
-    Ok(entry)
+/// A registration DEREGISTER took out of its file, still held by I/O that
+/// found it just before (until an RCU grace period passes): dropped with
+/// no lock held, it waits for that and lets go of the pins.
+pub(crate) struct Deregistered {
+    retired: Option<Retired<RegEntry>>,
+    entry: Option<Arc<RegEntry>>,
 }
 
-/// DEREGISTER: drops the registration; returns the state it had.
-pub(crate) fn deregister(regs: &mut FileRegs, index: &RegIndex, id: u64) -> Result<u32> {
-    let state = take(regs, index, id)?.state();
-    // Memory freed while registered may wait for this pin only.
-    crate::devmem::reap();
-    Ok(state)
+impl Drop for Deregistered {
+    fn drop(&mut self) {
+        // The grace period first: then no lookup holds it but running I/O.
+        drop(self.retired.take());
+        drop(self.entry.take());
+        // Memory freed while registered may wait for this pin only.
+        crate::devmem::reap();
+    }
+}
+
+/// DEREGISTER: takes the registration out of the file; returns the state
+/// it had, and the registration to drop once the file's lock is let go.
+pub(crate) fn deregister(
+    regs: &mut FileRegs,
+    index: &RegIndex,
+    id: u64,
+) -> Result<(u32, Deregistered)> {
+    let i = regs.list.iter().position(|r| r.id == id).ok_or(ENOENT)?;
+    let entry = regs.list.remove(i).map_err(|_| ENOENT)?;
+    let retired = index.remove(id);
+    entry.unsubscribe();
+    Ok((
+        entry.state(),
+        Deregistered {
+            retired,
+            entry: Some(entry),
+        },
+    ))
 }
 
 /// The registration `id` of this file, for I/O: takes no lock.

@@ -198,7 +198,10 @@ impl Row {
         self.bounced.fetch_add(c.bounced, Relaxed);
         self.zeroed.fetch_add(c.zeroed, Relaxed);
         if c.lat_n != 0 {
-            lower(&self.lat_min_ns, c.lat_min_ns);
+            // 0: another reset took the minimum first (none to merge).
+            if c.lat_min_ns != 0 {
+                lower(&self.lat_min_ns, c.lat_min_ns);
+            }
             raise(&self.lat_max_ns, c.lat_max_ns);
             self.lat_sum_ns.fetch_add(c.lat_sum_ns, Relaxed);
             self.lat_n.fetch_add(c.lat_n, Relaxed);
@@ -310,8 +313,8 @@ impl<const N: usize> Table<N> {
 
     /// Adds counters taken by [`Self::take`] back (a reset that did not
     /// reach its caller), merged with what was counted since.
-    pub(crate) fn put_back(&self, taken: KVec<(Key, Counters)>) {
-        for (key, t) in taken.iter() {
+    pub(crate) fn put_back(&self, taken: &[(Key, Counters)]) {
+        for (key, t) in taken {
             if let Some(r) = self.row(*key) {
                 r.merge(t);
             }
@@ -497,13 +500,30 @@ mod tests {
         let taken = t.take().unwrap();
         assert_eq!(rows(&t)[0].1.reads, 0);
         t.add(&k, &io(true, true, 512, 10));
-        t.put_back(taken);
+        t.put_back(&taken);
         let c = rows(&t)[0].1;
         assert_eq!(
             (c.reads, c.writes, c.bytes_read, c.bytes_written),
             (1, 1, 4096, 512)
         );
         assert_eq!((c.lat_min_ns, c.lat_max_ns, c.lat_avg_ns()), (10, 50, 30));
+    }
+
+    #[test]
+    fn a_minimum_taken_by_another_reset_is_not_merged() {
+        // Two resets at once: one took `lat_n`, the other the minimum.
+        let t = Table::<4>::new();
+        let k = [Some(Key::Block(3)), None];
+        t.add(&k, &io(false, true, 4096, 30));
+        let half = Counters {
+            lat_n: 1,
+            lat_sum_ns: 30,
+            lat_min_ns: 0,
+            lat_max_ns: 30,
+            ..Counters::default()
+        };
+        t.put_back(&[(Key::Block(3), half)]);
+        assert_eq!(rows(&t)[0].1.lat_min_ns, 30);
     }
 
     #[test]

@@ -16,6 +16,7 @@
 #include <linux/pci.h>
 #include <linux/ratelimit.h>
 #include <linux/scatterlist.h>
+#include <xen/xen.h>
 
 #include "../../include/linux/p2pdirect.h"	/* the kernel API, defined in Rust */
 
@@ -73,6 +74,12 @@ bool p2pdirect_page_is_p2pdma(struct page *page)
 const void *p2pdirect_page_pgmap(struct page *page)
 {
 	return page_pgmap(page);
+}
+
+/* bvec_try_merge_page()'s own conditions for a vector across pages. */
+bool p2pdirect_bvec_spans_pages(void)
+{
+	return !IS_ENABLED(CONFIG_KMSAN) && !xen_domain();
 }
 
 u64 p2pdirect_page_phys(struct page *page)

@@ -139,7 +139,7 @@ fn opf(write: bool) -> bindings::blk_opf_t {
     }
 }
 
-/// Adds bytes `[off, off + len)` of `pages` (within one page) to `bio`;
+/// Adds bytes `[off, off + len)` of `pages` (one vector's worth) to `bio`;
 /// `false` if they are not one vector's worth of the range
 /// ([`BioPages::contiguous`]) or the bio is full.
 ///
@@ -380,9 +380,9 @@ pub(crate) trait BuildBios {
     /// A bio for up to `nr_vecs` pages at byte `pos` of the block device.
     fn bio(&self, pos: u64, nr_vecs: u16) -> Result<Bio<'_>>;
 
-    /// Adds bytes `[off, off + len)` of the batch's pages (within one page)
-    /// to `bio`; `false` if the bio is full, not the batch's, or the range
-    /// is not inside one page of them.
+    /// Adds bytes `[off, off + len)` of the batch's pages (one vector's
+    /// worth, [`BioPages::contiguous`]) to `bio`; `false` if the bio is
+    /// full, not the batch's, or the range is not one vector's worth.
     fn add(&self, bio: &mut Bio<'_>, off: u64, len: u32) -> bool;
 
     /// Submits `bio`, which starts at byte `io_off` of the I/O. A bio of

@@ -72,8 +72,9 @@ struct Inner {
 }
 
 /// `Inner::run`: whether every page is P2PDMA memory of one `dev_pagemap`,
-/// each `struct page` and each physical page following the one before (what
-/// `bio_add_page` merges into one multi-page vector).
+/// each `struct page` and each physical page following the one before, on a
+/// kernel whose `bio_add_page` merges such pages into one multi-page vector
+/// (not with KMSAN, nor under Xen).
 #[repr(u8)]
 enum Run {
     Unknown = 0,
@@ -246,19 +247,23 @@ impl Pages {
             return known == Run::One as u8;
         }
         let pages = &inner.pages[..];
-        let one = pages.first().is_some_and(|&first| {
-            // SAFETY: each page is held (type invariant of `Inner`); a
-            // P2PDMA page has a pgmap, and only those are asked for it.
-            unsafe {
-                c::p2pdirect_page_is_p2pdma(first)
-                    && pages.windows(2).all(|w| {
-                        c::p2pdirect_page_is_p2pdma(w[1])
-                            && w[1] == w[0].wrapping_add(1)
-                            && c::p2pdirect_page_phys(w[1]) == c::p2pdirect_page_phys(w[0]) + PAGE
-                            && c::p2pdirect_page_pgmap(w[1]) == c::p2pdirect_page_pgmap(first)
-                    })
-            }
-        });
+        // SAFETY: reads configuration only.
+        let spans = unsafe { c::p2pdirect_bvec_spans_pages() };
+        let one = spans
+            && pages.first().is_some_and(|&first| {
+                // SAFETY: each page is held (type invariant of `Inner`); a
+                // P2PDMA page has a pgmap, and only those are asked for it.
+                unsafe {
+                    c::p2pdirect_page_is_p2pdma(first)
+                        && pages.windows(2).all(|w| {
+                            c::p2pdirect_page_is_p2pdma(w[1])
+                                && w[1] == w[0].wrapping_add(1)
+                                && c::p2pdirect_page_phys(w[1])
+                                    == c::p2pdirect_page_phys(w[0]) + PAGE
+                                && c::p2pdirect_page_pgmap(w[1]) == c::p2pdirect_page_pgmap(first)
+                        })
+                }
+            });
         let run = if one { Run::One } else { Run::Several };
         inner.run.store(run as u8, Ordering::Relaxed);
         one

@@ -5,9 +5,10 @@
 //! crate's `XArray` locks for every access).
 //!
 //! A lookup takes its own reference under the RCU read lock; a removal
-//! waits for a grace period before it lets go of the map's, so a lookup
-//! that found an entry always finds it alive. Removals are rare (they end a
-//! registration) and so pay for the lookups, which are per I/O.
+//! hands the map's reference out as [`Retired`], which waits for a grace
+//! period before it lets go of it, so a lookup that found an entry always
+//! finds it alive. Removals are rare (they end a registration) and so pay
+//! for the lookups, which are per I/O; the caller waits with no lock held.
 
 use core::{ffi::c_void, marker::PhantomData};
 use kernel::{
@@ -21,10 +22,38 @@ use kernel::{
 const CLEAR_BATCH: usize = 64;
 
 /// Waits until no RCU reader that started before the call is still running.
+/// Sleeps: callers hold no spinlock and are in no RCU read section.
 fn grace_period() {
-    // SAFETY: no lock is held by the callers (it sleeps), and nothing else
-    // is required.
+    // SAFETY: an FFI call with no requirement but a context that may sleep
+    // (the callers': see above).
     unsafe { bindings::synchronize_rcu_expedited() };
+}
+
+/// A value taken out of an [`RcuMap`]: lookups that found it before may
+/// still be taking a reference, so its drop waits for a grace period
+/// before it lets go of it.
+///
+/// INVARIANT: `value` is taken only after a grace period that started
+/// after it left the map.
+pub(crate) struct Retired<T: Send + Sync> {
+    value: Option<Arc<T>>,
+}
+
+impl<T: Send + Sync> Retired<T> {
+    /// The value, once a grace period that started after it left the map
+    /// has passed (the caller waited for it).
+    fn passed(mut self) -> Option<Arc<T>> {
+        self.value.take()
+    }
+}
+
+impl<T: Send + Sync> Drop for Retired<T> {
+    fn drop(&mut self) {
+        if self.value.is_some() {
+            grace_period();
+            self.value = None;
+        }
+    }
 }
 
 /// An xarray of `Arc<T>` read under RCU.
@@ -100,24 +129,28 @@ impl<T: Send + Sync> RcuMap<T> {
         Some(borrowed.into())
     }
 
-    /// Removes and returns the value under `key`, once no lookup can still
-    /// be taking a reference to it (waits for an RCU grace period).
-    pub(crate) fn remove(&self, key: u64) -> Option<Arc<T>> {
+    /// Takes the value under `key` out: no lookup finds it any more, and
+    /// the [`Retired`] lets go of it once none can still be taking a
+    /// reference.
+    pub(crate) fn remove(&self, key: u64) -> Option<Retired<T>> {
         let i = index(key)?;
         // SAFETY: `xa` is valid (type invariant).
         let p = unsafe { bindings::xa_erase(self.xa.get(), i) };
         if p.is_null() {
             return None;
         }
-        grace_period();
         // SAFETY: `p` was an entry (an `Arc::into_raw` pointer the map
-        // owned), no longer reachable by lookups after the grace period.
-        Some(unsafe { Arc::from_raw(p.cast::<T>()) })
+        // owned); erased, its reference is ours.
+        let value = unsafe { Arc::from_raw(p.cast::<T>()) };
+        // INVARIANT: the grace period `Retired` waits for starts later.
+        Some(Retired { value: Some(value) })
     }
 
-    /// Removes every value, waiting for one grace period per
-    /// [`CLEAR_BATCH`] of them before dropping them.
+    /// Removes every value and lets go of them after one grace period
+    /// (after one per [`CLEAR_BATCH`] if there is no memory to hold them
+    /// all). Sleeps.
     pub(crate) fn clear(&self) {
+        let mut all = KVec::new();
         loop {
             let mut batch = [core::ptr::null_mut::<c_void>(); CLEAR_BATCH];
             let mut n = 0;
@@ -138,15 +171,27 @@ impl<T: Send + Sync> RcuMap<T> {
                     n += 1;
                 }
             }
-            if n == 0 {
-                return;
-            }
-            grace_period();
             for p in &batch[..n] {
-                // SAFETY: erased above by this call (it owns the map's
-                // reference now); the grace period passed.
-                drop(unsafe { Arc::from_raw(p.cast::<T>()) });
+                // SAFETY: erased above by this call, which owns the map's
+                // reference now.
+                let value = unsafe { Arc::from_raw(p.cast::<T>()) };
+                let r = Retired { value: Some(value) };
+                // Without memory to keep it, it waited for its own grace
+                // period as it dropped.
+                let _ = all.push(r, GFP_KERNEL);
             }
+            if n < CLEAR_BATCH {
+                break;
+            }
+        }
+        if all.is_empty() {
+            return;
+        }
+        grace_period();
+        for r in all {
+            // The grace period just passed started after every one of them
+            // left the map.
+            drop(r.passed());
         }
     }
 }

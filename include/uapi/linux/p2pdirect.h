@@ -480,6 +480,8 @@ struct p2pdirect_stat {
  * limited), so an array of that many entries always holds them all.
  * Counters are updated without a lock: each is exact, but entries read
  * while I/O runs may show an I/O in some counters and not yet in others.
+ * With P2PDIRECT_STATS_RESET, the entries copied out are reset; those past
+ * @capacity keep their counts (since 1.10; before, they were reset too).
  * Writing anything to debugfs p2pdirect/stats also resets the counters.
  *
  * Errors: -EINVAL unknown flags, pad.

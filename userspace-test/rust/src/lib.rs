@@ -492,7 +492,9 @@ impl Device {
     /// `P2PDIRECT_IOC_STATS`: every row of the statistics; with `reset`,
     /// zeroes the counters after reading them.
     pub fn stats(&self, reset: bool) -> io::Result<Vec<Stat>> {
-        let mut rows = vec![sys::p2pdirect_stat::default(); 64];
+        // Room for every row there can be: a reset then resets them all.
+        let mut rows =
+            vec![sys::p2pdirect_stat::default(); sys::P2PDIRECT_STATS_MAX_ENTRIES as usize];
         let mut req = sys::p2pdirect_stats {
             entries: rows.as_mut_ptr() as u64,
             capacity: rows.len() as u32,

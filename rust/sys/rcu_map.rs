@@ -8,7 +8,8 @@
 //! hands the map's reference out as [`Retired`], which waits for a grace
 //! period before it lets go of it, so a lookup that found an entry always
 //! finds it alive. Removals are rare (they end a registration) and so pay
-//! for the lookups, which are per I/O; the caller waits with no lock held.
+//! for the lookups, which are per I/O; a caller can wait with its own
+//! locks let go (see `Retired`).
 
 use core::{ffi::c_void, marker::PhantomData};
 use kernel::{
@@ -18,7 +19,7 @@ use kernel::{
     types::Opaque,
 };
 
-/// Entries removed together before one grace period lets go of them.
+/// Entries [`RcuMap::clear`] takes out of the xarray per pass.
 const CLEAR_BATCH: usize = 64;
 
 /// Waits until no RCU reader that started before the call is still running.

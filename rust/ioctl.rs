@@ -447,28 +447,26 @@ fn stats(arg: usize, read_only: bool) -> Result<isize> {
             "STATS with RESET needs /dev/p2pdirect opened for writing (O_RDWR)\n"
         );
     }
-    // A reset takes the counters out, and reports what it took; what does
-    // not reach the caller (all of it if STATS fails, else the rows past
-    // `capacity`) is put back, so a reset loses no count nobody saw.
+    // A reset takes out the counters of the rows it copies (the first
+    // `capacity`) and reports what it took; if STATS fails they are put
+    // back, so a reset loses no count nobody saw.
     let table = crate::stats::table();
-    let taken = if reset { Some(table.take()?) } else { None };
     let capacity = req.capacity as usize;
+    req.count = u32::try_from(table.len()).map_err(|_| EOVERFLOW)?;
+    let taken = if reset {
+        Some(table.take(capacity)?)
+    } else {
+        None
+    };
     let copied = match &taken {
         Some(t) => stat_rows(t.iter().copied()),
-        None => stat_rows(table.rows()),
+        None => stat_rows(table.rows().take(capacity)),
     }
     .and_then(|rows| {
-        req.count = u32::try_from(rows.len()).map_err(|_| EOVERFLOW)?;
-        copy_slice_to_user(req.entries as usize, &rows[..capacity.min(rows.len())])
-            .and_then(|()| copy_to_user(arg, &req))
+        copy_slice_to_user(req.entries as usize, &rows).and_then(|()| copy_to_user(arg, &req))
     });
-    if let Some(taken) = taken {
-        let seen = if copied.is_ok() {
-            capacity.min(taken.len())
-        } else {
-            0
-        };
-        table.put_back(&taken[seen..]);
+    if let (Err(_), Some(taken)) = (&copied, taken) {
+        table.put_back(&taken);
     }
     copied?;
     Ok(0)

@@ -14,8 +14,8 @@
 //! I/O finds a registration with no lock: a file's registrations are also
 //! in an [`RcuMap`] by id, which REGISTER fills and DEREGISTER and close
 //! empty (under `OpenFile::regs`, like the list). DEREGISTER waits for an
-//! RCU grace period (expedited: tens of microseconds) after it let go of
-//! `OpenFile::regs`; close waits for one for all of the file's.
+//! expedited RCU grace period after it let go of `OpenFile::regs`; close
+//! waits for one for all of the file's.
 
 use crate::{
     devmem::AllocState,

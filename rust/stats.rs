@@ -299,14 +299,23 @@ impl<const N: usize> Table<N> {
         self.used().map(|(k, r)| (k, r.read(false)))
     }
 
-    /// Resets the counters and returns what they held (for [`Self::put_back`]).
-    pub(crate) fn take(&self) -> Result<KVec<(Key, Counters)>> {
-        let mut out = KVec::with_capacity(self.used().count(), GFP_KERNEL)?;
+    /// How many rows have a key.
+    pub(crate) fn len(&self) -> usize {
+        self.used().count()
+    }
+
+    /// Resets the counters of the first `n` rows and returns what they held
+    /// (for [`Self::put_back`]); the other rows keep theirs.
+    pub(crate) fn take(&self, n: usize) -> Result<KVec<(Key, Counters)>> {
+        let mut out = KVec::with_capacity(self.len().min(n), GFP_KERNEL)?;
         for (k, r) in self.used() {
-            // A row keyed since the count: its I/Os stay in it, unread.
-            if out.push_within_capacity((k, r.read(true))).is_err() {
+            // Full: `n` rows, or a row keyed since the count (its I/Os stay
+            // in it, unread).
+            if out.len() == out.capacity() {
                 break;
             }
+            out.push_within_capacity((k, r.read(true)))
+                .map_err(|_| ENOMEM)?;
         }
         Ok(out)
     }
@@ -497,7 +506,7 @@ mod tests {
         let t = Table::<4>::new();
         let k = [Some(Key::Block(7)), None];
         t.add(&k, &io(false, true, 4096, 50));
-        let taken = t.take().unwrap();
+        let taken = t.take(MAX_ROWS).unwrap();
         assert_eq!(rows(&t)[0].1.reads, 0);
         t.add(&k, &io(true, true, 512, 10));
         t.put_back(&taken);

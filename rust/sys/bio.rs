@@ -45,12 +45,26 @@ pub(crate) trait BioPages {
     /// Bytes from `off`, at most `max`, that one bio vector may hold: pages
     /// the block layer takes as one multi-page vector (consecutive both as
     /// `struct page`s and physically, of one `dev_pagemap`). At least to
-    /// the end of `off`'s page; 0 if `off` is outside the range.
+    /// the end of `off`'s page, never past the range's end; 0 if `off` is
+    /// outside the range.
     fn contiguous(&self, off: u64, max: u64) -> u64 {
-        self.page_at(off).map_or(0, |(_, in_page)| {
-            (kernel::page::PAGE_SIZE as u64 - u64::from(in_page)).min(max)
-        })
+        self.page_at(off)
+            .map_or(0, |(_, in_page)| to_page_end(self, off, in_page, max))
     }
+}
+
+/// Bytes from `off` (`in_page` bytes into its page) to the end of that
+/// page or of `pages`, at most `max`: [`BioPages::contiguous`] of pages
+/// that are not one run.
+pub(crate) fn to_page_end<P: BioPages + ?Sized>(
+    pages: &P,
+    off: u64,
+    in_page: u32,
+    max: u64,
+) -> u64 {
+    (kernel::page::PAGE_SIZE as u64 - u64::from(in_page))
+        .min(pages.len().saturating_sub(off))
+        .min(max)
 }
 
 /// A bio of a [`Batch`] as the bio set allocates it: the front pad carries

@@ -32,7 +32,7 @@ use kernel::{
 };
 
 use super::{
-    bio::{BioPages, DropInAnyContext},
+    bio::{to_page_end, BioPages, DropInAnyContext},
     c,
     pci_p2pdma::{bar_owner, slot_key},
 };
@@ -465,7 +465,7 @@ impl BioPages for Pages {
         if self.one_run() {
             (self.inner().len - off).min(max)
         } else {
-            (PAGE - u64::from(in_page)).min(max)
+            to_page_end(self, off, in_page, max)
         }
     }
 
@@ -501,6 +501,9 @@ mod tests {
         assert_eq!(p.contiguous(PAGE + 512, 3 * PAGE), PAGE - 512);
         assert_eq!(p.contiguous(0, 1024), 1024);
         assert_eq!(p.contiguous(3 * PAGE, PAGE), 0);
+        // Never past the range's end, even inside its last page.
+        let q = Pages::alloc_zeroed(PAGE + 512).unwrap();
+        assert_eq!(q.contiguous(PAGE, PAGE), 512);
     }
 
     #[test]

@@ -31,6 +31,11 @@ check-matrix:
 bench:
 	@ci/bench.sh
 
+# Where the guest's CPU time goes in bench workloads (perf in the VM):
+# results/profile-<date>/profile.txt; P2PDIRECT_ONLY=path/workload,... chooses.
+profile:
+	@ci/profile.sh
+
 # The ioctl fuzzer alone in the VM, for FUZZ_SECONDS (default 600), with
 # FUZZ_SEED (default: a new one, printed) and FUZZ_THREADS (default 4).
 fuzz:
@@ -56,4 +61,4 @@ clean:
 	$(MAKE) -C userspace-test/c clean KSRC=/nonexistent
 	cd userspace-test/rust && cargo clean
 
-.PHONY: all module demo check check-matrix bench fuzz deps kernel lint clean
+.PHONY: all module demo check check-matrix bench profile fuzz deps kernel lint clean

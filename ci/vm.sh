@@ -103,6 +103,11 @@ for t in $(make -s --no-print-directory -C "$repo/userspace-test/c" KSRC="$ksrc"
 	cp "$repo/userspace-test/c/$t" "$root/tests/"
 done
 cp "$repo/userspace-test/rust/target/release/p2pd" "$root/tests/"
+# `make profile`: the host's perf (its libraries follow below).
+if [ "$mode" = profile ]; then
+	perf=$(command -v perf) || die "perf not found (Debian's linux-perf)"
+	cp "$perf" "$root/tests/perf"
+fi
 tools=$("$here/guest-tools.sh")
 cp "$tools/mdadm" "$tools/dmsetup" "$root/tests/"
 for t in $rust_tests; do

@@ -14,10 +14,11 @@
 //! (a rate-limited message says so).
 
 use crate::sys::ratelimit;
-use kernel::{
-    prelude::*,
-    sync::atomic::{Atomic, Relaxed},
-};
+// The counters are core atomics: relaxed counts that order nothing else, and
+// unlike `kernel::sync::atomic` (a call into a C helper per operation in
+// these kernels) they compile to single instructions in the I/O path.
+use core::sync::atomic::{AtomicU64 as Atomic, Ordering::Relaxed};
+use kernel::prelude::*;
 
 /// Most rows: providers and block devices ever counted since load.
 pub(crate) const MAX_ROWS: usize = crate::sys::uapi::P2PDIRECT_STATS_MAX_ENTRIES as usize;
@@ -102,28 +103,28 @@ pub(crate) struct IoRecord {
 /// INVARIANT: the counters of a row whose key is 0 are all 0 (nothing adds
 /// to a row before it has its key).
 struct Row {
-    key: Atomic<u64>,
-    reads: Atomic<u64>,
-    writes: Atomic<u64>,
-    errors: Atomic<u64>,
-    bytes_read: Atomic<u64>,
-    bytes_written: Atomic<u64>,
-    p2p: Atomic<u64>,
-    bounced: Atomic<u64>,
-    zeroed: Atomic<u64>,
-    pinned: Atomic<u64>,
-    lat_n: Atomic<u64>,
-    lat_sum_ns: Atomic<u64>,
+    key: Atomic,
+    reads: Atomic,
+    writes: Atomic,
+    errors: Atomic,
+    bytes_read: Atomic,
+    bytes_written: Atomic,
+    p2p: Atomic,
+    bounced: Atomic,
+    zeroed: Atomic,
+    pinned: Atomic,
+    lat_n: Atomic,
+    lat_sum_ns: Atomic,
     /// 0 before the first I/O (an I/O counts at least 1 ns).
-    lat_min_ns: Atomic<u64>,
-    lat_max_ns: Atomic<u64>,
+    lat_min_ns: Atomic,
+    lat_max_ns: Atomic,
 }
 
 /// Lowers `a` to `v` (0 in `a`: none yet).
-fn lower(a: &Atomic<u64>, v: u64) {
+fn lower(a: &Atomic, v: u64) {
     let mut cur = a.load(Relaxed);
     while cur == 0 || v < cur {
-        match a.cmpxchg(cur, v, Relaxed) {
+        match a.compare_exchange(cur, v, Relaxed, Relaxed) {
             Ok(_) => return,
             Err(now) => cur = now,
         }
@@ -131,10 +132,10 @@ fn lower(a: &Atomic<u64>, v: u64) {
 }
 
 /// Raises `a` to `v`.
-fn raise(a: &Atomic<u64>, v: u64) {
+fn raise(a: &Atomic, v: u64) {
     let mut cur = a.load(Relaxed);
     while v > cur {
-        match a.cmpxchg(cur, v, Relaxed) {
+        match a.compare_exchange(cur, v, Relaxed, Relaxed) {
             Ok(_) => return,
             Err(now) => cur = now,
         }
@@ -163,9 +164,9 @@ impl Row {
 
     /// Reads the counters (`take`: and resets all but the gauge).
     fn read(&self, take: bool) -> Counters {
-        let get = |a: &Atomic<u64>| {
+        let get = |a: &Atomic| {
             if take {
-                a.xchg(0, Relaxed)
+                a.swap(0, Relaxed)
             } else {
                 a.load(Relaxed)
             }
@@ -229,7 +230,7 @@ impl<const N: usize> Table<N> {
             if k == 0 {
                 // Taken by this thread, or by one that got there first: for
                 // the same key (the same row, then) or another (look on).
-                k = match r.key.cmpxchg(0, tag, Relaxed) {
+                k = match r.key.compare_exchange(0, tag, Relaxed, Relaxed) {
                     Ok(_) => tag,
                     Err(now) => now,
                 };

@@ -256,7 +256,7 @@ pub(crate) fn submit_uring(me: &dyn IoOwner, req: &Request, cmd: &mut UringCmd) 
             len: io.len,
             write: io.write,
         };
-        build_bios(s, &io.lim, io.first, &span)
+        build_plugged(s, &io.lim, io.first, &span)
     });
     Ok(0)
 }
@@ -1002,7 +1002,7 @@ fn bdev_bios(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
         }
     }
     let ((queued, build_err), bios) = Batch::run(file.bdev(), pages, write, |b| {
-        build_bios(b, lim, first, span)
+        build_plugged(b, lim, first, span)
     });
     good_prefix(queued, build_err, bios)
 }
@@ -1024,6 +1024,27 @@ fn good_prefix(
     match build_err {
         Some(e) if good == 0 => Err(e),
         _ => Ok(good),
+    }
+}
+
+/// [`build_bios`], with the bios held in a plug when the I/O takes more than
+/// one: the driver gets their requests together (one NVMe doorbell write
+/// instead of one per bio). One bio goes straight to the driver.
+fn build_plugged<B: BuildBios>(
+    batch: &B,
+    lim: &Limits,
+    first: u64,
+    span: &Span<'_>,
+) -> (u64, Option<Error>) {
+    let page = PAGE_SIZE as u64;
+    let in_page = (first + span.off) % page;
+    let one_bio = bio_bytes(lim, in_page, span.len) == span.len
+        && (span.pages.contiguous(span.off, span.len) == span.len
+            || (in_page + span.len).div_ceil(page) <= BIO_VECS);
+    if !one_bio {
+        bio::plugged(|| build_bios(batch, lim, first, span))
+    } else {
+        build_bios(batch, lim, first, span)
     }
 }
 

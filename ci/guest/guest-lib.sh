@@ -487,6 +487,42 @@ run_demo() {
 }
 
 # `make bench`: the full benchmark; its JSON goes to the host between markers.
+# `make profile`: each workload of p2p_only (comma-separated `path/workload`,
+# as p2pd bench names them) runs for 2 s under `perf record` sampling every
+# CPU with call chains (the cpu-clock event: TCG has no PMU); the busiest
+# symbols print, by their own samples and with their callees'.
+run_profile() {
+	if ! insmod /p2pdirect.ko; then
+		say "module: insmod FAILED"
+		return
+	fi
+	echo 0 >/proc/sys/kernel/kptr_restrict
+	echo -1 >/proc/sys/kernel/perf_event_paranoid
+	list=${p2p_only:-p2pdirect/rand-read-4K,upstream-p2pmem/rand-read-4K,p2pdirect-uring/rand-read-4K-qd32,upstream-uring-p2pmem/rand-read-4K-qd32,p2pdirect-uring/seq-read-1M-qd32,p2pdirect/seq-read-1M}
+	for w in $(echo "$list" | tr ',' ' '); do
+		path=${w%%/*}
+		wl=${w#*/}
+		qd=$(echo "$wl" | sed -n 's/.*-qd\([0-9]*\)$/\1/p')
+		th=$(echo "$wl" | sed -n 's/.*-t\([0-9]*\)$/\1/p')
+		say "# PROFILE $path $wl"
+		if ! perf record -q -g -e cpu-clock -F 4000 -a -o /tmp/perf.data -- \
+			/tests/p2pd bench --only "$path $wl" ${qd:+--qd "$qd"} --threads "${th:-1}" \
+			--seconds 2 --rounds 1 --out /tmp/profile.json >/tmp/profile.txt 2>&1; then
+			say "p2pd bench under perf: FAILED"
+			sed 's/^/  /' /tmp/profile.txt >"$out"
+			continue
+		fi
+		tr '\r' '\n' </tmp/profile.txt | grep -E "^(workload|$wl )" >"$out"
+		say "## self"
+		perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym -g none 2>/dev/null |
+			grep -v -e '^#' -e '^$' | head -40 >"$out"
+		say "## with callees"
+		perf report -i /tmp/perf.data --stdio --children --sort dso,sym -g none 2>/dev/null |
+			grep -v -e '^#' -e '^$' | head -60 >"$out"
+	done
+	rmmod p2pdirect
+}
+
 run_bench() {
 	if ! insmod /p2pdirect.ko; then
 		say "module: insmod FAILED"

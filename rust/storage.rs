@@ -42,6 +42,7 @@ use crate::{
         bio::{self, AsyncBatch, AsyncOwner, Batch, BioPages, BuildBios},
         blkdev::{BlockDevice, DmaDevices},
         fs::{AsyncRw, AsyncRwOwner, Issued},
+        pci_p2pdma::LocatedPci,
         uapi,
         uring_cmd::{PendingCmd, TaskWork, UringCmd},
     },
@@ -635,12 +636,20 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     } else {
         dma_legs(me, &file)?
     };
+    // The file's hinted DMA device has its address and key read already.
     let mut done = Done {
-        dma_pci: legs.pcis().next().map_or(0, PciFunction::addr_of),
+        dma_pci: match &legs {
+            Legs::Hinted(p) => p.addr(),
+            _ => legs.pcis().next().map_or(0, PciFunction::addr_of),
+        },
         ..Done::default()
     };
     let reach = if cpu_path || !lim.p2pdma || legs.len() == 0 {
         Err(None)
+    } else if let Legs::Hinted(p) = &legs {
+        mem.pages
+            .reachable_by_located(p)
+            .map_err(|provider| Some((0, p.addr(), provider)))
     } else {
         legs.pcis().enumerate().try_for_each(|(i, p)| {
             mem.pages
@@ -776,7 +785,7 @@ struct Unreachable<'a> {
 /// The DMA devices of an I/O's block device.
 enum Legs<'a> {
     /// It sits on this PCI function itself, as the file's hint says.
-    Hinted(&'a pci::Device),
+    Hinted(&'a LocatedPci),
     /// It sits on this PCI function itself.
     One(ARef<pci::Device>),
     /// The legs of a stacked device, down to their PCI functions (empty:
@@ -787,7 +796,7 @@ enum Legs<'a> {
 impl Legs<'_> {
     fn pcis(&self) -> impl Iterator<Item = &pci::Device> {
         let (one, walked) = match self {
-            Legs::Hinted(p) => (Some(*p), &[][..]),
+            Legs::Hinted(p) => (Some(p.pci()), &[][..]),
             Legs::One(p) => (Some(&**p), &[][..]),
             Legs::Walked(l) => (None, &l[..]),
         };
@@ -807,7 +816,7 @@ impl Legs<'_> {
 /// disk (by [`BlockDevice::identity`]) skips the walk.
 pub(crate) struct DmaHint {
     id: (u64, u32),
-    pci: ARef<pci::Device>,
+    pci: LocatedPci,
 }
 
 /// What a file knows of the DMA devices of the disks it did I/O to: the
@@ -842,19 +851,19 @@ fn dma_legs<'a>(me: &'a dyn IoOwner, file: &IoFile) -> Result<Legs<'a>> {
             return Ok(Legs::Hinted(&h.pci));
         }
         if let Some(h) = hints.other.lock().as_ref().filter(|h| h.id == id) {
-            return Ok(Legs::One(h.pci.clone()));
+            return Ok(Legs::One(h.pci.pci().into()));
         }
     }
     match bdev.dma_devices() {
         Ok(DmaDevices::Own(pci)) => {
             let hint = DmaHint {
                 id,
-                pci: pci.clone(),
+                pci: LocatedPci::new(pci.clone()),
             };
             if !hints.first.populate(hint) {
                 let old = hints.other.lock().replace(DmaHint {
                     id,
-                    pci: pci.clone(),
+                    pci: LocatedPci::new(pci.clone()),
                 });
                 // Outside the lock: the last reference of a removed device
                 // frees it.

@@ -34,7 +34,7 @@ use kernel::{
 use super::{
     bio::{to_page_end, BioPages, DropInAnyContext},
     c,
-    pci_p2pdma::{bar_owner, slot_key},
+    pci_p2pdma::{bar_owner, slot_key, LocatedPci},
 };
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -316,8 +316,17 @@ impl Pages {
     /// The pages never change, so the answer is remembered for the last
     /// function that passed (by its place in the topology, not its struct).
     pub(crate) fn reachable_by(&self, dev: &pci::Device) -> core::result::Result<(), u32> {
+        self.reachable_by_key(dev, slot_key(dev))
+    }
+
+    /// [`Pages::reachable_by`] for a function whose key is known already.
+    pub(crate) fn reachable_by_located(&self, dev: &LocatedPci) -> core::result::Result<(), u32> {
+        self.reachable_by_key(dev.pci(), dev.key())
+    }
+
+    /// `key` is `slot_key(dev)`.
+    fn reachable_by_key(&self, dev: &pci::Device, key: u64) -> core::result::Result<(), u32> {
         let inner = self.inner();
-        let key = slot_key(dev);
         if inner.reach_ok.knows(key) {
             return Ok(());
         }

@@ -47,6 +47,39 @@ pub(crate) fn pci_addr(dev: &pci::Device) -> u32 {
     (domain << 16) | (bus << 8) | devfn
 }
 
+/// A PCI function with its [`slot_key`] and [`pci_addr`], read once: for a
+/// function the I/O path names on every I/O.
+pub(crate) struct LocatedPci {
+    pci: ARef<pci::Device>,
+    key: u64,
+    addr: u32,
+}
+
+impl LocatedPci {
+    pub(crate) fn new(pci: ARef<pci::Device>) -> Self {
+        let (domain, bus, devfn) = location(&pci);
+        Self {
+            key: location_key(domain, bus, devfn),
+            addr: (domain << 16) | (bus << 8) | devfn,
+            pci,
+        }
+    }
+
+    pub(crate) fn pci(&self) -> &pci::Device {
+        &self.pci
+    }
+
+    /// [`slot_key`] of the function.
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// [`pci_addr`] of the function.
+    pub(crate) fn addr(&self) -> u32 {
+        self.addr
+    }
+}
+
 /// A key naming the function's place in the topology, unique across every
 /// segment.
 pub(crate) fn slot_key(dev: &pci::Device) -> u64 {

@@ -257,7 +257,7 @@ pub(crate) fn submit_uring(me: &dyn IoOwner, req: &Request, cmd: &mut UringCmd) 
             len: io.len,
             write: io.write,
         };
-        build_plugged(s, &io.lim, io.first, &span)
+        build_bios(s, &io.lim, io.first, &span)
     });
     Ok(0)
 }
@@ -1011,7 +1011,7 @@ fn bdev_bios(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
         }
     }
     let ((queued, build_err), bios) = Batch::run(file.bdev(), pages, write, |b| {
-        build_plugged(b, lim, first, span)
+        build_bios(b, lim, first, span)
     });
     good_prefix(queued, build_err, bios)
 }
@@ -1036,31 +1036,33 @@ fn good_prefix(
     }
 }
 
-/// [`build_bios`], with the bios held in a plug when the I/O takes more than
-/// one: the driver gets their requests together (one NVMe doorbell write
-/// instead of one per bio). One bio goes straight to the driver.
-fn build_plugged<B: BuildBios>(
+/// Builds and submits the bios of `span` through `batch` (whose pages are
+/// `span.pages`, which start `first` bytes into their first page). Returns
+/// the bytes queued and the error that stopped building early, if any.
+///
+/// An I/O of more than one bio submits them in a plug: the driver gets
+/// their requests together (one NVMe doorbell write instead of one per
+/// bio). One bio goes straight to the driver.
+fn build_bios<B: BuildBios>(
     batch: &B,
     lim: &Limits,
     first: u64,
     span: &Span<'_>,
 ) -> (u64, Option<Error>) {
     let page = PAGE_SIZE as u64;
-    let in_page = (first + span.off) % page;
-    let one_bio = bio_bytes(lim, in_page, span.len) == span.len
-        && (span.pages.contiguous(span.off, span.len) == span.len
-            || (in_page + span.len).div_ceil(page) <= BIO_VECS);
-    if !one_bio {
-        bio::plugged(|| build_bios(batch, lim, first, span))
+    let (off, len) = (span.off, span.len);
+    let in_page = (first + off) % page;
+    let one_bio = bio_bytes(lim, in_page, len) == len
+        && (span.pages.contiguous(off, len) == len || (in_page + len).div_ceil(page) <= BIO_VECS);
+    if one_bio {
+        build_unplugged(batch, lim, first, span)
     } else {
-        build_bios(batch, lim, first, span)
+        bio::plugged(|| build_unplugged(batch, lim, first, span))
     }
 }
 
-/// Builds and submits the bios of `span` through `batch` (whose pages are
-/// `span.pages`, which start `first` bytes into their first page). Returns
-/// the bytes queued and the error that stopped building early, if any.
-fn build_bios<B: BuildBios>(
+/// [`build_bios`] without the plug.
+fn build_unplugged<B: BuildBios>(
     batch: &B,
     lim: &Limits,
     first: u64,

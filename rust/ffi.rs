@@ -196,22 +196,18 @@ impl UserPin {
 /// block device below, open in the calling process with O_DIRECT.
 ///
 /// Only the file's I/O operations are used, never its position (`f_pos`).
-pub(crate) struct IoFile {
-    file: ARef<File>,
-    is_bdev: bool,
-}
+pub(crate) struct IoFile(sys_file::IoTarget);
 
 impl IoFile {
     /// Looks `fd` up in the calling process and checks it as read(2) or
     /// write(2) would (see the UAPI header for the errno of each case).
     pub(crate) fn from_fd(fd: i32, write: bool) -> Result<Self> {
-        let (file, is_bdev) = sys_file::open_for_io(fd, write)?;
-        Ok(Self { file, is_bdev })
+        sys_file::open_for_io(fd, write).map(Self)
     }
 
     /// A raw block device (else a regular file).
     pub(crate) fn is_bdev(&self) -> bool {
-        self.is_bdev
+        self.0.is_bdev()
     }
 
     /// The limits of the block device the I/O goes to.
@@ -221,56 +217,56 @@ impl IoFile {
 
     /// The block device the I/O goes to (a file's: its file system's).
     pub(crate) fn bdev(&self) -> &BlockDevice {
-        sys_file::io_bdev(&self.file)
+        self.0.bdev()
     }
 
     /// Raw block devices: whether the cache work before a direct I/O of the
     /// range may wait (dirty pages to write back; for a WRITE, cached pages
     /// to drop).
     pub(crate) fn bdev_cache_busy(&self, pos: u64, len: u64, write: bool) -> bool {
-        sys_file::bdev_cache_busy(&self.file, pos, len, write)
+        sys_file::bdev_cache_busy(self.0.file(), pos, len, write)
     }
 
     /// Raw block devices: writes back cached dirty data of the range.
     pub(crate) fn bdev_sync(&self, pos: u64, len: u64) -> Result {
-        sys_file::bdev_sync(&self.file, pos, len)
+        sys_file::bdev_sync(self.0.file(), pos, len)
     }
 
     /// Raw block devices: the checks read(2)/write(2) make of a range
     /// (`rw_verify_area`: offsets, LSM, fanotify permission events).
     pub(crate) fn rw_verify(&self, pos: u64, len: u64, write: bool) -> Result {
-        sys_file::rw_verify(&self.file, pos, len, write)
+        sys_file::rw_verify(self.0.file(), pos, len, write)
     }
 
     /// The access or modify event read(2)/write(2) send after moving data.
     pub(crate) fn notify(&self, write: bool) {
-        sys_file::notify_rw(&self.file, write);
+        sys_file::notify_rw(self.0.file(), write);
     }
 
     /// Files: whether the file system serves O_DIRECT on this file through
     /// the page cache (CPU copies), e.g. ext4 with journalled data.
     pub(crate) fn dio_falls_back(&self) -> bool {
-        sys_file::dio_falls_back(&self.file)
+        sys_file::dio_falls_back(self.0.file())
     }
 
     /// Raw block devices: drops cached data of the range (after a write).
     pub(crate) fn bdev_invalidate(&self, pos: u64, len: u64) {
-        sys_file::bdev_invalidate(&self.file, pos, len);
+        sys_file::bdev_invalidate(self.0.file(), pos, len);
     }
 
     /// Files: an O_DIRECT read or write of `len` bytes at `pos` from or into
     /// `pin` at `off`, through the file system. Returns bytes moved.
     pub(crate) fn rw(&self, pin: &Pages, off: u64, len: u64, pos: u64, write: bool) -> Result<u64> {
-        crate::sys::fs::rw_sync(&self.file, pin, off, len, pos, write)
+        crate::sys::fs::rw_sync(self.0.file(), pin, off, len, pos, write)
     }
 
     /// The file.
     pub(crate) fn file(&self) -> &File {
-        &self.file
+        self.0.file()
     }
 
     /// Files: bytes of `[pos, pos + len)` in holes or unwritten extents.
     pub(crate) fn hole_bytes(&self, pos: u64, len: u64) -> Result<u64> {
-        sys_file::hole_bytes(&self.file, pos, len)
+        sys_file::hole_bytes(self.0.file(), pos, len)
     }
 }

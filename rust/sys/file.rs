@@ -34,6 +34,45 @@ fn file_type(file: &LocalFile) -> u32 {
     u32::from(unsafe { (*(*raw(file)).f_inode).i_mode }) & bindings::S_IFMT
 }
 
+/// An open file [`open_for_io`] accepted, with the block device its I/O
+/// goes to ([`io_bdev`]), found once.
+///
+/// # Invariants
+///
+/// `bdev` is `io_bdev(file)`: a block device that `file`, held here, keeps
+/// open.
+pub(crate) struct IoTarget {
+    file: ARef<File>,
+    bdev: NonNull<bindings::block_device>,
+    is_bdev: bool,
+}
+
+// SAFETY: the file is reference-counted and usable from any thread; the
+// block device pointer is only read, and what it points to is kept alive by
+// the file wherever the value goes.
+unsafe impl Send for IoTarget {}
+// SAFETY: as above; `&IoTarget` gives out only shared references.
+unsafe impl Sync for IoTarget {}
+
+impl IoTarget {
+    /// The file.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// A raw block device (else a regular file).
+    pub(crate) fn is_bdev(&self) -> bool {
+        self.is_bdev
+    }
+
+    /// The block device the I/O goes to (a file's: its file system's).
+    pub(crate) fn bdev(&self) -> &BlockDevice {
+        // SAFETY: the file, held by `self`, keeps the block device open for
+        // as long as `self` is borrowed (type invariant).
+        unsafe { BlockDevice::from_raw(self.bdev.as_ptr()) }
+    }
+}
+
 /// Looks `fd` up in the calling process and checks it as `read(2)` or
 /// `write(2)` would: `EBADF` (not open, or not for this access), `EISDIR`,
 /// `ESPIPE` (pipe, socket), `EINVAL` (not a block device or regular file,
@@ -41,8 +80,8 @@ fn file_type(file: &LocalFile) -> u32 {
 /// and for a WRITE to a block device what `blkdev_write_iter()` refuses, in
 /// its order: `EPERM` (read-only), `ETXTBSY` (an active swap device).
 ///
-/// Returns the file and whether it is a block device (else a regular file).
-pub(crate) fn open_for_io(fd: i32, write: bool) -> Result<(ARef<File>, bool)> {
+/// Returns the file with its block device.
+pub(crate) fn open_for_io(fd: i32, write: bool) -> Result<IoTarget> {
     let fd = u32::try_from(fd).map_err(|_| EBADF)?;
     let file = LocalFile::fget(fd).map_err(|_| EBADF)?;
     let mode = if write {
@@ -81,9 +120,15 @@ pub(crate) fn open_for_io(fd: i32, write: bool) -> Result<(ARef<File>, bool)> {
             return Err(ETXTBSY);
         }
     }
-    // SAFETY: only the file's I/O operations are used, never its position
-    // (`f_pos`), so no `fdget_pos` of another thread matters.
-    Ok((unsafe { LocalFile::assume_no_fdget_pos(file) }, is_bdev))
+    let bdev = NonNull::from(io_bdev(&file)).cast();
+    // INVARIANT: `bdev` is the file's `io_bdev`, and the file goes with it.
+    Ok(IoTarget {
+        // SAFETY: only the file's I/O operations are used, never its
+        // position (`f_pos`), so no `fdget_pos` of another thread matters.
+        file: unsafe { LocalFile::assume_no_fdget_pos(file) },
+        bdev,
+        is_bdev,
+    })
 }
 
 /// The block device of the file system the file is on (null if none).

@@ -40,4 +40,6 @@ def demangle(sym: str) -> str:
 
 
 for line in sys.stdin:
-    sys.stdout.write(re.sub(r"_R[0-9A-Za-z_]+", lambda m: demangle(m.group(0)), line))
+    sys.stdout.write(
+        re.sub(r"(?<![0-9A-Za-z_])_R[0-9A-Za-z_]+", lambda m: demangle(m.group(0)), line)
+    )

@@ -106,6 +106,9 @@ cp "$repo/userspace-test/rust/target/release/p2pd" "$root/tests/"
 # `make profile`: the host's perf (its libraries follow below).
 if [ "$mode" = profile ]; then
 	perf=$(command -v perf) || die "perf not found (Debian's linux-perf)"
+	# The guest has busybox only: a wrapper script (other distributions'
+	# perf) would not run there.
+	head -c 4 "$perf" | grep -q ELF || die "$perf is not an ELF program (a wrapper script?)"
 	cp "$perf" "$root/tests/perf"
 fi
 tools=$("$here/guest-tools.sh")

@@ -513,12 +513,17 @@ run_profile() {
 			continue
 		fi
 		tr '\r' '\n' </tmp/profile.txt | grep -E "^(workload|$wl )" >"$out"
-		say "## self"
-		perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym -g none 2>/dev/null |
-			grep -v -e '^#' -e '^$' | head -40 >"$out"
-		say "## with callees"
-		perf report -i /tmp/perf.data --stdio --children --sort dso,sym -g none 2>/dev/null |
-			grep -v -e '^#' -e '^$' | head -60 >"$out"
+		for view in self:--no-children:40 "with callees:--children:60"; do
+			say "## ${view%%:*}"
+			opt=${view#*:}
+			if ! perf report -i /tmp/perf.data --stdio "${opt%:*}" --sort dso,sym -g none \
+				>/tmp/report.txt 2>/tmp/report.err || ! grep -q '%' /tmp/report.txt; then
+				say "perf report: FAILED"
+				head -5 /tmp/report.err >"$out"
+				continue
+			fi
+			grep -v -e '^#' -e '^$' /tmp/report.txt | head -"${opt##*:}" >"$out"
+		done
 	done
 	rmmod p2pdirect
 }

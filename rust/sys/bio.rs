@@ -238,7 +238,8 @@ pub(crate) fn rw_onstack<P: BioPages>(
 /// write for all of them instead of one each). Inside a plug the task holds
 /// already (io_uring plugs a batch of submissions), that one holds them. A
 /// task that sleeps in `f` sends what the plug holds first (the scheduler
-/// flushes it), so waiting inside `f` cannot deadlock.
+/// flushes it), so waiting inside `f` cannot deadlock; `f` must not
+/// busy-poll for its own bios, which the plug may still hold.
 pub(crate) fn plugged<R>(f: impl FnOnce() -> R) -> R {
     let mut plug = core::mem::MaybeUninit::<bindings::blk_plug>::uninit();
     // SAFETY: `plug` stays at this address on this stack frame until

@@ -34,22 +34,25 @@ fn file_type(file: &LocalFile) -> u32 {
     u32::from(unsafe { (*(*raw(file)).f_inode).i_mode }) & bindings::S_IFMT
 }
 
-/// An open file [`open_for_io`] accepted, with the block device its I/O
-/// goes to ([`io_bdev`]), found once.
+/// An open file [`open_for_io`] accepted; a raw block device's with its
+/// block device, found once.
 ///
 /// # Invariants
 ///
-/// `bdev` is `io_bdev(file)`: a block device that `file`, held here, keeps
-/// open.
+/// `bdev` is `Some` only for a block device file, and then holds
+/// `file_bdev(file)`, which the file, held here, keeps open. A regular
+/// file's block device is its super block's `s_bdev`, which a file system
+/// may change while mounted (btrfs, when a device leaves), so it is read at
+/// each use.
 pub(crate) struct IoTarget {
     file: ARef<File>,
-    bdev: NonNull<bindings::block_device>,
-    is_bdev: bool,
+    bdev: Option<NonNull<bindings::block_device>>,
 }
 
-// SAFETY: the file is reference-counted and usable from any thread; the
-// block device pointer is only read, and what it points to is kept alive by
-// the file wherever the value goes.
+// SAFETY: `IoTarget` is `Send` and `Sync` as the `ARef<File>` it adds to
+// is: the pointer is never written, and it only becomes the `&BlockDevice`
+// that `io_bdev` gives out for the same file from any thread; what it
+// points to lives as long as the file (type invariant).
 unsafe impl Send for IoTarget {}
 // SAFETY: as above; `&IoTarget` gives out only shared references.
 unsafe impl Sync for IoTarget {}
@@ -62,14 +65,17 @@ impl IoTarget {
 
     /// A raw block device (else a regular file).
     pub(crate) fn is_bdev(&self) -> bool {
-        self.is_bdev
+        self.bdev.is_some()
     }
 
     /// The block device the I/O goes to (a file's: its file system's).
     pub(crate) fn bdev(&self) -> &BlockDevice {
-        // SAFETY: the file, held by `self`, keeps the block device open for
-        // as long as `self` is borrowed (type invariant).
-        unsafe { BlockDevice::from_raw(self.bdev.as_ptr()) }
+        match self.bdev {
+            // SAFETY: the file, held by `self`, keeps its block device open
+            // for as long as `self` is borrowed (type invariant).
+            Some(b) => unsafe { BlockDevice::from_raw(b.as_ptr()) },
+            None => io_bdev(&self.file),
+        }
     }
 }
 
@@ -120,14 +126,14 @@ pub(crate) fn open_for_io(fd: i32, write: bool) -> Result<IoTarget> {
             return Err(ETXTBSY);
         }
     }
-    let bdev = NonNull::from(io_bdev(&file)).cast();
-    // INVARIANT: `bdev` is the file's `io_bdev`, and the file goes with it.
+    // INVARIANT: a block device file's own block device, which it keeps
+    // open; none for a regular file.
+    let bdev = is_bdev.then(|| NonNull::from(io_bdev(&file)).cast());
     Ok(IoTarget {
         // SAFETY: only the file's I/O operations are used, never its
         // position (`f_pos`), so no `fdget_pos` of another thread matters.
         file: unsafe { LocalFile::assume_no_fdget_pos(file) },
         bdev,
-        is_bdev,
     })
 }
 

@@ -17,7 +17,7 @@ use crate::sys::ratelimit;
 // The counters are core atomics: relaxed counts that order nothing else, and
 // unlike `kernel::sync::atomic` (a call into a C helper per operation in
 // these kernels) they compile to single instructions in the I/O path.
-use core::sync::atomic::{AtomicU64 as Atomic, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use kernel::prelude::*;
 
 /// Most rows: providers and block devices ever counted since load.
@@ -103,25 +103,25 @@ pub(crate) struct IoRecord {
 /// INVARIANT: the counters of a row whose key is 0 are all 0 (nothing adds
 /// to a row before it has its key).
 struct Row {
-    key: Atomic,
-    reads: Atomic,
-    writes: Atomic,
-    errors: Atomic,
-    bytes_read: Atomic,
-    bytes_written: Atomic,
-    p2p: Atomic,
-    bounced: Atomic,
-    zeroed: Atomic,
-    pinned: Atomic,
-    lat_n: Atomic,
-    lat_sum_ns: Atomic,
+    key: AtomicU64,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    errors: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    p2p: AtomicU64,
+    bounced: AtomicU64,
+    zeroed: AtomicU64,
+    pinned: AtomicU64,
+    lat_n: AtomicU64,
+    lat_sum_ns: AtomicU64,
     /// 0 before the first I/O (an I/O counts at least 1 ns).
-    lat_min_ns: Atomic,
-    lat_max_ns: Atomic,
+    lat_min_ns: AtomicU64,
+    lat_max_ns: AtomicU64,
 }
 
 /// Lowers `a` to `v` (0 in `a`: none yet).
-fn lower(a: &Atomic, v: u64) {
+fn lower(a: &AtomicU64, v: u64) {
     let mut cur = a.load(Relaxed);
     while cur == 0 || v < cur {
         match a.compare_exchange(cur, v, Relaxed, Relaxed) {
@@ -132,7 +132,7 @@ fn lower(a: &Atomic, v: u64) {
 }
 
 /// Raises `a` to `v`.
-fn raise(a: &Atomic, v: u64) {
+fn raise(a: &AtomicU64, v: u64) {
     let mut cur = a.load(Relaxed);
     while v > cur {
         match a.compare_exchange(cur, v, Relaxed, Relaxed) {
@@ -145,26 +145,26 @@ fn raise(a: &Atomic, v: u64) {
 impl Row {
     const fn new() -> Self {
         Self {
-            key: Atomic::new(0),
-            reads: Atomic::new(0),
-            writes: Atomic::new(0),
-            errors: Atomic::new(0),
-            bytes_read: Atomic::new(0),
-            bytes_written: Atomic::new(0),
-            p2p: Atomic::new(0),
-            bounced: Atomic::new(0),
-            zeroed: Atomic::new(0),
-            pinned: Atomic::new(0),
-            lat_n: Atomic::new(0),
-            lat_sum_ns: Atomic::new(0),
-            lat_min_ns: Atomic::new(0),
-            lat_max_ns: Atomic::new(0),
+            key: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            p2p: AtomicU64::new(0),
+            bounced: AtomicU64::new(0),
+            zeroed: AtomicU64::new(0),
+            pinned: AtomicU64::new(0),
+            lat_n: AtomicU64::new(0),
+            lat_sum_ns: AtomicU64::new(0),
+            lat_min_ns: AtomicU64::new(0),
+            lat_max_ns: AtomicU64::new(0),
         }
     }
 
     /// Reads the counters (`take`: and resets all but the gauge).
     fn read(&self, take: bool) -> Counters {
-        let get = |a: &Atomic| {
+        let get = |a: &AtomicU64| {
             if take {
                 a.swap(0, Relaxed)
             } else {

@@ -636,26 +636,14 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     } else {
         dma_legs(me, &file)?
     };
-    // The file's hinted DMA device has its address and key read already.
     let mut done = Done {
-        dma_pci: match &legs {
-            Legs::Hinted(p) => p.addr(),
-            _ => legs.pcis().next().map_or(0, PciFunction::addr_of),
-        },
+        dma_pci: legs.first_addr(),
         ..Done::default()
     };
     let reach = if cpu_path || !lim.p2pdma || legs.len() == 0 {
         Err(None)
-    } else if let Legs::Hinted(p) = &legs {
-        mem.pages
-            .reachable_by_located(p)
-            .map_err(|provider| Some((0, p.addr(), provider)))
     } else {
-        legs.pcis().enumerate().try_for_each(|(i, p)| {
-            mem.pages
-                .reachable_by(p)
-                .map_err(|provider| Some((i, PciFunction::addr_of(p), provider)))
-        })
+        legs.reach(&mem.pages).map_err(Some)
     };
     if let Err(tried) = reach {
         if req.flags & uapi::P2PDIRECT_IO_COMPAT == 0 {
@@ -808,6 +796,30 @@ impl Legs<'_> {
             Legs::Hinted(_) | Legs::One(_) => 1,
             Legs::Walked(l) => l.len(),
         }
+    }
+
+    /// The PCI address of the first leg (0: none). The file's hinted DMA
+    /// device has it read already.
+    fn first_addr(&self) -> u32 {
+        match self {
+            Legs::Hinted(p) => p.addr(),
+            _ => self.pcis().next().map_or(0, PciFunction::addr_of),
+        }
+    }
+
+    /// Whether every leg reaches `pages`; else the first that does not: its
+    /// index, its PCI address and the provider it cannot reach.
+    fn reach(&self, pages: &Pages) -> core::result::Result<(), (usize, u32, u32)> {
+        if let Legs::Hinted(p) = self {
+            return pages
+                .reachable_by_located(p)
+                .map_err(|provider| (0, p.addr(), provider));
+        }
+        self.pcis().enumerate().try_for_each(|(i, p)| {
+            pages
+                .reachable_by(p)
+                .map_err(|provider| (i, PciFunction::addr_of(p), provider))
+        })
     }
 }
 

@@ -44,6 +44,11 @@ fn location(dev: &pci::Device) -> (u32, u32, u32) {
 /// bits 16..31: segments past 0xffff do not fit).
 pub(crate) fn pci_addr(dev: &pci::Device) -> u32 {
     let (domain, bus, devfn) = location(dev);
+    location_addr(domain, bus, devfn)
+}
+
+/// [`pci_addr`] of the function at `domain:bus:devfn`.
+fn location_addr(domain: u32, bus: u32, devfn: u32) -> u32 {
     (domain << 16) | (bus << 8) | devfn
 }
 
@@ -56,11 +61,12 @@ pub(crate) struct LocatedPci {
 }
 
 impl LocatedPci {
+    /// Reads the function's location.
     pub(crate) fn new(pci: ARef<pci::Device>) -> Self {
         let (domain, bus, devfn) = location(&pci);
         Self {
             key: location_key(domain, bus, devfn),
-            addr: (domain << 16) | (bus << 8) | devfn,
+            addr: location_addr(domain, bus, devfn),
             pci,
         }
     }

@@ -14,13 +14,14 @@ use crate::{
     storage::{DmaHints, IoOwner},
     sys::{dma_buf::NewBuf, miscdev::OwnedMiscDevice, vma},
 };
+use core::sync::atomic::AtomicU32;
 use kernel::{
     fs::File,
     miscdevice::MiscDeviceOptions,
     mm::virt::VmaNew,
     new_mutex,
     prelude::*,
-    sync::{atomic::Atomic, Arc, Mutex},
+    sync::{Arc, Mutex},
 };
 
 /// The registration the crate root holds: its open files (and so their
@@ -46,7 +47,7 @@ pub(crate) struct OpenFile {
     #[pin]
     reg_index: RegIndex,
     /// io_uring commands of this file in flight.
-    uring_inflight: Arc<Atomic<u32>>,
+    uring_inflight: Arc<AtomicU32>,
     /// The DMA devices of the block devices of its I/O (see storage).
     #[pin]
     dma_hints: DmaHints,
@@ -61,7 +62,7 @@ impl IoOwner for OpenFile {
         &self.dma_hints
     }
 
-    fn uring_inflight(&self) -> &Arc<Atomic<u32>> {
+    fn uring_inflight(&self) -> &Arc<AtomicU32> {
         &self.uring_inflight
     }
 }
@@ -166,7 +167,7 @@ impl OpenFile {
                 allocs <- new_mutex!(KVec::new()),
                 regs <- new_mutex!(FileRegs::new()),
                 reg_index <- RegIndex::new(),
-                uring_inflight: Arc::new(Atomic::new(0), GFP_KERNEL)?,
+                uring_inflight: Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
                 dma_hints <- DmaHints::new(),
             }),
             GFP_KERNEL,

@@ -43,6 +43,7 @@ use crate::{
         vma::{self, DeviceMapping, Fault, FaultSlot},
     },
 };
+use core::sync::atomic::{AtomicUsize, Ordering};
 use kernel::{
     id_pool::IdPool,
     mm::virt::VmaNew,
@@ -638,7 +639,7 @@ impl AllocState {
         {
             let mut graves = graveyard();
             let _ = graves.push(self.clone(), GFP_KERNEL);
-            let _ = BURIED.xchg(graves.len(), Full);
+            let _ = BURIED.swap(graves.len(), Ordering::SeqCst);
         }
         mapping.zap(self.mmap_offset(), self.size);
         drop(mapping);
@@ -691,16 +692,19 @@ impl DeviceMapping for AllocState {
 }
 
 /// Allocations in the graveyard: lets the I/O path skip its lock when empty.
-static BURIED: Atomic<usize> = Atomic::new(0);
+/// A core atomic: every I/O reads it, and the kernel crate's `Atomic` is an
+/// out-of-line call per operation in these kernels (a core atomic compiles
+/// to the instruction).
+static BURIED: AtomicUsize = AtomicUsize::new(0);
 
 /// Gives back revoked memory whose pages nobody references any more.
 pub(crate) fn reap() {
-    if BURIED.load(Acquire) == 0 {
+    if BURIED.load(Ordering::Acquire) == 0 {
         return;
     }
     let mut graves = graveyard();
     graves.retain(|s| !s.try_reap());
-    let _ = BURIED.xchg(graves.len(), Full);
+    let _ = BURIED.swap(graves.len(), Ordering::SeqCst);
 }
 
 /// Module exit: every file and device is gone, so every pin of p2pdirect's

@@ -26,11 +26,11 @@ use crate::{
     sys::rcu_map::{RcuMap, Retired},
 };
 use kernel::{
-    new_mutex,
+    new_mutex, new_spinlock,
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
-        Arc, Mutex,
+        Arc, Mutex, SpinLock,
     },
 };
 
@@ -48,6 +48,12 @@ pub(crate) struct RegEntry {
     /// its file's quota; `None` once invalidated.
     #[pin]
     claim: Mutex<Option<(Claim, Pinned, Charge)>>,
+    /// A reference to the claim's pinned pages for I/O to share, under a
+    /// spinlock (taking a reference does not sleep, and an I/O then needs
+    /// neither the claim's mutex nor its client); `None` once invalidated,
+    /// which takes it before the claim.
+    #[pin]
+    io: SpinLock<Option<ffi::Pages>>,
 }
 
 impl RegEntry {
@@ -59,10 +65,7 @@ impl RegEntry {
     /// keeps them pinned until the I/O is done, even if the registration is
     /// invalidated meanwhile (the memory returns to its provider only then).
     pub(crate) fn pages(&self) -> Result<ffi::Pages> {
-        match self.claim.lock().as_ref() {
-            Some((claim, _, _)) => claim.pages(),
-            None => Err(estale()),
-        }
+        self.io.lock().clone().ok_or_else(estale)
     }
 
     /// `P2PDIRECT_REG_LIVE` or `P2PDIRECT_REG_DEAD`.
@@ -81,6 +84,10 @@ impl Consumer for RegEntry {
     }
 
     fn invalidate(&self) {
+        // Each dropped outside its lock (the last reference of the pages,
+        // and the claim, may sleep).
+        let io = self.io.lock().take();
+        drop(io);
         drop(self.claim.lock().take());
     }
 }
@@ -179,7 +186,8 @@ pub(crate) fn register(
     claim.check_io()?;
     claim.get_pages(write)?;
     let (client, state) = (claim.client_id, claim.devmem_state());
-    let pinned = Pinned::new(claim.pages()?.provider(), span);
+    let io = claim.pages()?;
+    let pinned = Pinned::new(io.provider(), span);
     // Checked above under the file's registration lock, which every
     // REGISTER of the file holds: no other can pass the cap meanwhile.
     counter.fetch_add(span, Relaxed);
@@ -197,6 +205,7 @@ pub(crate) fn register(
             write,
             state: entry_state,
             claim <- new_mutex!(Some((claim, pinned, charge))),
+            io <- new_spinlock!(Some(io)),
         }),
         GFP_KERNEL,
     )?;

@@ -47,16 +47,16 @@ use crate::{
         uring_cmd::{PendingCmd, TaskWork, UringCmd},
     },
 };
+use core::sync::atomic::{
+    AtomicU32,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use kernel::{
     fs::File,
     page::PAGE_SIZE,
     pci,
     prelude::*,
-    sync::{
-        aref::ARef,
-        atomic::{Acquire, Atomic, Relaxed, Release},
-        new_spinlock, Arc, SetOnce, SpinLock,
-    },
+    sync::{aref::ARef, new_spinlock, Arc, SetOnce, SpinLock},
     time::{Instant, Monotonic},
 };
 
@@ -116,23 +116,26 @@ pub(crate) trait IoOwner {
     /// The file's hints of the DMA devices of its I/O targets.
     fn dma_hints(&self) -> &DmaHints;
     /// The file's count of io_uring commands in flight.
-    fn uring_inflight(&self) -> &Arc<Atomic<u32>>;
+    fn uring_inflight(&self) -> &Arc<AtomicU32>;
 }
 
 /// A place among the io_uring commands a file may have in flight
-/// (`P2PDIRECT_URING_MAX_INFLIGHT`), held until the command completes.
-pub(crate) struct UringSlot(Arc<Atomic<u32>>);
+/// (`P2PDIRECT_URING_MAX_INFLIGHT`), held until the command completes. The
+/// count is a core atomic: it is taken and given back once per command, and
+/// the kernel crate's `Atomic` is an out-of-line call per operation in these
+/// kernels.
+pub(crate) struct UringSlot(Arc<AtomicU32>);
 
 impl UringSlot {
     /// Takes a place; `EBUSY` if all are taken.
-    fn take(count: &Arc<Atomic<u32>>) -> Result<Self> {
+    fn take(count: &Arc<AtomicU32>) -> Result<Self> {
         let max = uapi::P2PDIRECT_URING_MAX_INFLIGHT;
         let mut n = count.load(Relaxed);
         loop {
             if n >= max {
                 return Err(EBUSY);
             }
-            match count.cmpxchg(n, n + 1, Acquire) {
+            match count.compare_exchange(n, n + 1, Acquire, Relaxed) {
                 Ok(_) => return Ok(Self(count.clone())),
                 Err(now) => n = now,
             }
@@ -1278,7 +1281,7 @@ mod tests {
 
     #[test]
     fn uring_slots_are_bounded() {
-        let count = Arc::new(Atomic::new(0u32), GFP_KERNEL).expect("allocation");
+        let count = Arc::new(AtomicU32::new(0), GFP_KERNEL).expect("allocation");
         let max = uapi::P2PDIRECT_URING_MAX_INFLIGHT;
         let mut held = KVec::new();
         for _ in 0..max {

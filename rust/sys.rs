@@ -37,3 +37,14 @@ pub(crate) mod vma;
 pub(crate) mod c {
     include!("ffi/shim_generated.rs");
 }
+
+/// [`kernel::types::Opaque::get`] without the call: the C object an
+/// `Opaque` wraps. In these kernels `Opaque::get` is not `#[inline]`, so
+/// each use is a call into vmlinux; the I/O path uses this instead.
+#[inline(always)]
+pub(crate) fn opaque_ptr<T>(o: &kernel::types::Opaque<T>) -> *mut T {
+    // `Opaque<T>` is `#[repr(transparent)]` over `UnsafeCell<MaybeUninit<T>>`
+    // (also transparent): its address is the object's, and all of it is
+    // interior-mutable, as `UnsafeCell::get`'s own cast assumes.
+    core::ptr::from_ref(o).cast_mut().cast::<T>()
+}

@@ -10,6 +10,7 @@
 //! follows both, recursively, down to the controllers, so that a caller can
 //! check every device that may DMA to a buffer, not only the first.
 
+use super::opaque_ptr;
 use kernel::{
     bindings, c_str,
     device::Device,
@@ -88,13 +89,13 @@ impl BlockDevice {
 
     /// The `struct block_device`, for the C functions that take it.
     pub(crate) fn as_raw(&self) -> *mut bindings::block_device {
-        self.0.get()
+        opaque_ptr(&self.0)
     }
 
     fn device(&self) -> &Device {
         // SAFETY: an open block device's `bd_device` is a registered device
         // that lives at least as long as the block device (type invariant).
-        unsafe { Device::from_raw(&raw mut (*self.0.get()).bd_device) }
+        unsafe { Device::from_raw(&raw mut (*opaque_ptr(&self.0)).bd_device) }
     }
 
     /// Who the disk under this block device is: its `diskseq` (never the
@@ -106,8 +107,8 @@ impl BlockDevice {
         // meanwhile: read once, as a whole.
         unsafe {
             (
-                core::ptr::read_volatile(&raw const (*(*self.0.get()).bd_disk).diskseq),
-                (*self.0.get()).bd_dev,
+                core::ptr::read_volatile(&raw const (*(*opaque_ptr(&self.0)).bd_disk).diskseq),
+                (*opaque_ptr(&self.0)).bd_dev,
             )
         }
     }
@@ -115,7 +116,7 @@ impl BlockDevice {
     /// Its queue's limits, size and access (read now: a resize or a change
     /// of the queue limits later is seen by the next I/O).
     pub(crate) fn limits(&self) -> Limits {
-        let b = self.0.get();
+        let b = opaque_ptr(&self.0);
         // SAFETY: an open block device has a valid queue (type invariant).
         // The limits are read without the queue's lock, as the block
         // layer's own submitters do: a racing update gives old or new
@@ -150,7 +151,7 @@ impl BlockDevice {
     pub(crate) fn disk_dead(&self) -> bool {
         // SAFETY: as in `identity`; a racy read of a flags word.
         let state =
-            unsafe { core::ptr::read_volatile(&raw const (*(*self.0.get()).bd_disk).state) };
+            unsafe { core::ptr::read_volatile(&raw const (*(*opaque_ptr(&self.0)).bd_disk).state) };
         state & (1 << bindings::GD_DEAD) != 0
     }
 

@@ -23,8 +23,14 @@ use kernel::{
 
 use super::{blkdev::BlockDevice, c};
 
+/// The file's C object (`LocalFile::as_ptr` without its out-of-line
+/// `Opaque::get`: a `LocalFile` is `#[repr(transparent)]` over
+/// `Opaque<bindings::file>`).
+#[inline(always)]
 fn raw(file: &LocalFile) -> *mut bindings::file {
-    file.as_ptr()
+    core::ptr::from_ref(file)
+        .cast_mut()
+        .cast::<bindings::file>()
 }
 
 /// The file type bits (`S_IFMT`) of the file's inode.
@@ -185,10 +191,33 @@ pub(crate) fn rw_verify(file: &File, pos: u64, len: u64, write: bool) -> Result 
     to_result(unsafe { bindings::rw_verify_area(dir as i32, raw(file), &pos, len as usize) })
 }
 
+/// Whether the file's page cache holds any page (`mapping->nrpages`), read
+/// without a lock as `mapping_needs_writeback()` and
+/// `kiocb_invalidate_post_direct_write()` read it: with none, a direct I/O
+/// has no cached data to write back or drop, and the calls that would find
+/// that out are skipped.
+fn has_cached_pages(file: &File) -> bool {
+    // SAFETY: an open file's mapping lives while it is open; `nrpages` is
+    // read once, racing updates as the block layer's own readers do.
+    unsafe { core::ptr::read_volatile(&raw const (*(*raw(file)).f_mapping).nrpages) != 0 }
+}
+
+/// Whether a write-back error waits to be reported (`AS_EIO` or
+/// `AS_ENOSPC`, which `filemap_write_and_wait_range()` reports and clears
+/// even with no page cached).
+fn has_write_error(file: &File) -> bool {
+    let bits = (1 << bindings::mapping_flags_AS_EIO) | (1 << bindings::mapping_flags_AS_ENOSPC);
+    // SAFETY: as in `has_cached_pages`; the flags word is read once.
+    unsafe { core::ptr::read_volatile(&raw const (*(*raw(file)).f_mapping).flags) & bits != 0 }
+}
+
 /// Raw block devices: writes back cached dirty data of the range, so the
 /// bios do not race it.
 pub(crate) fn bdev_sync(file: &File, pos: u64, len: u64) -> Result {
     let (start, end) = byte_range(pos, len)?;
+    if !has_cached_pages(file) && !has_write_error(file) {
+        return Ok(());
+    }
     // SAFETY: an open file's mapping lives while it is open.
     to_result(unsafe { bindings::filemap_write_and_wait_range((*raw(file)).f_mapping, start, end) })
 }
@@ -198,6 +227,9 @@ pub(crate) fn bdev_invalidate(file: &File, pos: u64, len: u64) {
     let Ok((start, end)) = byte_range(pos, len) else {
         return;
     };
+    if !has_cached_pages(file) {
+        return;
+    }
     let shift = kernel::page::PAGE_SHIFT;
     // SAFETY: an open file's mapping lives while it is open. Pages that
     // cannot be dropped (busy) stay; the I/O's data is on the device.
@@ -219,6 +251,9 @@ pub(crate) fn bdev_cache_busy(file: &File, pos: u64, len: u64, write: bool) -> b
         // An empty range, or one past the largest offset: no page to wait for.
         return false;
     };
+    if !has_cached_pages(file) {
+        return false;
+    }
     // SAFETY: the file is open while borrowed, so is its address space.
     unsafe {
         let m = (*raw(file)).f_mapping;

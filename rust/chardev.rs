@@ -54,8 +54,12 @@ pub(crate) struct OpenFile {
 }
 
 impl IoOwner for OpenFile {
-    fn registration(&self, id: u64) -> Result<Arc<registration::RegEntry>> {
-        registration::find(&self.reg_index, id)
+    fn registration_pages(
+        &self,
+        id: u64,
+        check: &dyn Fn(&registration::RegEntry) -> Result,
+    ) -> Result<crate::ffi::Pages> {
+        registration::io_pages(&self.reg_index, id, check)
     }
 
     fn dma_hints(&self) -> &DmaHints {

@@ -263,9 +263,17 @@ pub(crate) fn deregister(
     ))
 }
 
-/// The registration `id` of this file, for I/O: takes no lock.
-pub(crate) fn find(index: &RegIndex, id: u64) -> Result<Arc<RegEntry>> {
-    index.get(id).ok_or(ENOENT)
+/// For I/O: the pinned pages of registration `id` (`ENOENT` if the file
+/// has none) once `check` accepts it, with no lock and no reference to
+/// the registration taken (`check` must not sleep).
+pub(crate) fn io_pages(
+    index: &RegIndex,
+    id: u64,
+    check: &dyn Fn(&RegEntry) -> Result,
+) -> Result<ffi::Pages> {
+    index
+        .with(id, |r| check(r).and_then(|()| r.pages()))
+        .unwrap_or(Err(ENOENT))
 }
 
 /// REG_QUERY.

@@ -111,8 +111,9 @@ struct Memory {
 /// registrations, its hint of the target's DMA device and its io_uring
 /// slots. The file implements it; storage knows nothing else of it.
 pub(crate) trait IoOwner {
-    /// Registration `id` of the file (`ENOENT` if there is none).
-    fn registration(&self, id: u64) -> Result<Arc<RegEntry>>;
+    /// The pinned pages of the file's registration `id` (`ENOENT` if there
+    /// is none), if `check` (which must not sleep) accepts it.
+    fn registration_pages(&self, id: u64, check: &dyn Fn(&RegEntry) -> Result) -> Result<Pages>;
     /// The file's hints of the DMA devices of its I/O targets.
     fn dma_hints(&self) -> &DmaHints;
     /// The file's count of io_uring commands in flight.
@@ -723,20 +724,22 @@ fn resolve_memory(me: &dyn IoOwner, req: &Request, lim: &Limits) -> Result<Memor
     // A READ writes the memory.
     let mem_written = !req.write;
     if req.flags & uapi::P2PDIRECT_IO_REGISTERED != 0 {
-        let reg = me.registration(req.addr)?;
-        let end = req.buf_offset.checked_add(req.size).ok_or(ERANGE)?;
-        if end > reg.range.size {
-            return Err(ERANGE);
-        }
-        if mem_written && !reg.write {
-            return Err(EPERM);
-        }
-        let lbs = u64::from(lim.logical_block_size.max(1));
-        if (reg.range.addr + req.buf_offset) % lbs != 0 {
-            return Err(EINVAL);
-        }
+        let pages = me.registration_pages(req.addr, &|reg| {
+            let end = req.buf_offset.checked_add(req.size).ok_or(ERANGE)?;
+            if end > reg.range.size {
+                return Err(ERANGE);
+            }
+            if mem_written && !reg.write {
+                return Err(EPERM);
+            }
+            let lbs = u64::from(lim.logical_block_size.max(1));
+            if (reg.range.addr + req.buf_offset) % lbs != 0 {
+                return Err(EINVAL);
+            }
+            Ok(())
+        })?;
         return Ok(Memory {
-            pages: reg.pages()?,
+            pages,
             offset: req.buf_offset,
         });
     }

@@ -4,18 +4,19 @@
 //! under RCU, as the kernel's own lookup-mostly tables are (the kernel
 //! crate's `XArray` locks for every access).
 //!
-//! A lookup takes its own reference under the RCU read lock; a removal
-//! hands the map's reference out as [`Retired`], which waits for a grace
-//! period before it lets go of it, so a lookup that found an entry always
-//! finds it alive. Removals are rare (they end a registration) and so pay
+//! A lookup borrows the value inside the RCU read section it runs in; a
+//! removal hands the map's reference out as [`Retired`], which waits for a
+//! grace period before it lets go of it, so a lookup that found an entry
+//! always finds it alive. Removals are rare (they end a registration) and so pay
 //! for the lookups, which are per I/O; a caller can wait with its own
 //! locks let go (see `Retired`).
 
+use super::opaque_ptr;
 use core::{ffi::c_void, marker::PhantomData};
 use kernel::{
     bindings,
     prelude::*,
-    sync::{rcu, Arc, ArcBorrow},
+    sync::{rcu, Arc},
     types::Opaque,
 };
 
@@ -72,7 +73,7 @@ pub(crate) struct RcuMap<T: Send + Sync> {
 // SAFETY: the map owns `Arc<T>`s (`Send` for `T: Send + Sync`), and the
 // xarray serialises its writers itself.
 unsafe impl<T: Send + Sync> Send for RcuMap<T> {}
-// SAFETY: shared access only hands out new `Arc<T>`s (`T: Send + Sync`);
+// SAFETY: shared access only lends `&T`s (`T: Send + Sync`);
 // the xarray serialises writers and its readers use RCU.
 unsafe impl<T: Send + Sync> Sync for RcuMap<T> {}
 
@@ -114,20 +115,22 @@ impl<T: Send + Sync> RcuMap<T> {
         Ok(())
     }
 
-    /// The value under `key`, with a reference of its own. Takes no lock.
-    pub(crate) fn get(&self, key: u64) -> Option<Arc<T>> {
+    /// Runs `f` on the value under `key`, if any, without taking a
+    /// reference: `f` runs inside the RCU read section that keeps the value
+    /// alive, so it must not sleep. Takes no lock.
+    pub(crate) fn with<R>(&self, key: u64, f: impl FnOnce(&T) -> R) -> Option<R> {
         let i = index(key)?;
         let _rcu = rcu::read_lock();
         // SAFETY: `xa` is valid (type invariant).
-        let p = unsafe { bindings::xa_load(self.xa.get(), i) };
+        let p = unsafe { bindings::xa_load(opaque_ptr(&self.xa), i) };
         if p.is_null() {
             return None;
         }
         // SAFETY: `p` is an `Arc::into_raw` pointer (type invariant) whose
         // reference the map drops only after a grace period that this RCU
-        // read section delays: the `T` is alive while it is borrowed here.
-        let borrowed = unsafe { ArcBorrow::from_raw(p.cast::<T>()) };
-        Some(borrowed.into())
+        // read section delays: the `T` is alive while `f` borrows it, which
+        // ends inside the section.
+        Some(f(unsafe { &*p.cast::<T>() }))
     }
 
     /// Takes the value under `key` out: no lookup finds it any more, and

@@ -131,6 +131,14 @@ fn lower(a: &AtomicU64, v: u64) {
     }
 }
 
+/// Adds `v` to `a` unless it is 0 (no write to the shared line then).
+#[inline]
+fn add_nonzero(a: &AtomicU64, v: u64) {
+    if v != 0 {
+        a.fetch_add(v, Relaxed);
+    }
+}
+
 /// Raises `a` to `v`.
 fn raise(a: &AtomicU64, v: u64) {
     let mut cur = a.load(Relaxed);
@@ -223,6 +231,7 @@ impl<const N: usize> Table<N> {
     }
 
     /// The row of `key`, given it if it had none; `None` if the table is full.
+    #[inline]
     fn row(&self, key: Key) -> Option<&Row> {
         let tag = key.encode();
         for r in self.rows.iter() {
@@ -272,15 +281,11 @@ impl<const N: usize> Table<N> {
             if !r.ok {
                 c.errors.fetch_add(1, Relaxed);
             }
-            for (a, v) in [
-                (&c.p2p, r.p2p),
-                (&c.bounced, r.bounced),
-                (&c.zeroed, r.zeroed),
-            ] {
-                if v != 0 {
-                    a.fetch_add(v, Relaxed);
-                }
-            }
+            // Written out, not a loop over an array of pairs: an array
+            // iterated by value is an out-of-line call into `core` per step.
+            add_nonzero(&c.p2p, r.p2p);
+            add_nonzero(&c.bounced, r.bounced);
+            add_nonzero(&c.zeroed, r.zeroed);
             lower(&c.lat_min_ns, ns);
             raise(&c.lat_max_ns, ns);
             c.lat_sum_ns.fetch_add(ns, Relaxed);

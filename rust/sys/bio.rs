@@ -51,6 +51,16 @@ pub(crate) trait BioPages {
         self.page_at(off)
             .map_or(0, |(_, in_page)| to_page_end(self, off, in_page, max))
     }
+
+    /// The bio vector at byte `off`, at most `max` bytes: its first page,
+    /// the offset in it, and its length ([`BioPages::contiguous`]); `None`
+    /// if `off` is outside the range or `max` is 0. One lookup of the page
+    /// where [`BioPages::page_at`] and [`BioPages::contiguous`] take two.
+    fn vector(&self, off: u64, max: u64) -> Option<(BorrowedPage<'_>, u32, u64)> {
+        let n = self.contiguous(off, max);
+        let (page, in_page) = self.page_at(off)?;
+        (n > 0).then_some((page, in_page, n))
+    }
 }
 
 /// Bytes from `off` (`in_page` bytes into its page) to the end of that
@@ -153,6 +163,28 @@ fn opf(write: bool) -> bindings::blk_opf_t {
     }
 }
 
+/// Adds the vector at byte `off` of `pages` ([`BioPages::vector`], at most
+/// `max` bytes) to `bio`; the bytes added, `None` if none could be (`off`
+/// outside the range, `max` 0, or the bio full).
+///
+/// # Safety
+///
+/// `bio` is a valid bio the caller owns and has not submitted.
+unsafe fn add_vector<P: BioPages>(
+    bio: *mut bindings::bio,
+    pages: &P,
+    off: u64,
+    max: u32,
+) -> Option<u32> {
+    let (page, in_page, n) = pages.vector(off, u64::from(max))?;
+    // At most `max`, so it fits a `u32`.
+    let n = n as u32;
+    // SAFETY: `bio` is valid and unsubmitted (caller); the page is valid while
+    // `pages` lives, which the caller's batch (or on-stack bio) outlives.
+    let added = unsafe { bindings::bio_add_page(bio, page.as_ptr(), n, in_page) };
+    (added == n as i32).then_some(n)
+}
+
 /// Adds bytes `[off, off + len)` of `pages` (one vector's worth) to `bio`;
 /// `false` if they are not one vector's worth of the range
 /// ([`BioPages::contiguous`]) or the bio is full.
@@ -161,15 +193,13 @@ fn opf(write: bool) -> bindings::blk_opf_t {
 ///
 /// `bio` is a valid bio the caller owns and has not submitted.
 unsafe fn add_range<P: BioPages>(bio: *mut bindings::bio, pages: &P, off: u64, len: u32) -> bool {
-    let Some((page, in_page)) = pages.page_at(off) else {
+    let Some((page, in_page, n)) = pages.vector(off, u64::from(len)) else {
         return false;
     };
-    if len == 0 || pages.contiguous(off, u64::from(len)) != u64::from(len) {
-        return false;
-    }
     // SAFETY: `bio` is valid and unsubmitted (caller); the page is valid while
     // `pages` lives, which the caller's batch (or on-stack bio) outlives.
-    unsafe { bindings::bio_add_page(bio, page.as_ptr(), len, in_page) == len as i32 }
+    n == u64::from(len)
+        && unsafe { bindings::bio_add_page(bio, page.as_ptr(), len, in_page) == len as i32 }
 }
 
 /// The bio's starting sector for byte `pos`.
@@ -212,15 +242,12 @@ pub(crate) fn rw_onstack<P: BioPages>(
     }
     let mut done = 0u32;
     while done < len {
-        let at = off + u64::from(done);
-        // At most `len - done`, so it fits a `u32`.
-        let n = pages.contiguous(at, u64::from(len - done)) as u32;
         // SAFETY: the bio is initialised, ours and unsubmitted.
-        if !unsafe { add_range(bio, pages, at, n) } {
+        let Some(n) = (unsafe { add_vector(bio, pages, off + u64::from(done), len - done) }) else {
             // SAFETY: initialised above, never submitted.
             unsafe { bindings::bio_uninit(bio) };
             return Ok(false);
-        }
+        };
         done += n;
     }
     // SAFETY: the bio is complete; `submit_bio_wait` returns after its

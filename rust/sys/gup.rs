@@ -239,6 +239,16 @@ impl Pages {
         Some((page, (abs % PAGE) as u32))
     }
 
+    /// [`BioPages::contiguous`] at byte `off` of the range, `in_page` bytes
+    /// into its page.
+    fn vector_len(&self, off: u64, in_page: u32, max: u64) -> u64 {
+        if self.one_run() {
+            (self.inner().len - off).min(max)
+        } else {
+            to_page_end(self, off, in_page, max)
+        }
+    }
+
     /// Whether the pages are one run (see [`Run`]): looked at once.
     fn one_run(&self) -> bool {
         let inner = self.inner();
@@ -468,14 +478,8 @@ impl BioPages for Pages {
     }
 
     fn contiguous(&self, off: u64, max: u64) -> u64 {
-        let Some((_, in_page)) = self.page_and_offset(off) else {
-            return 0;
-        };
-        if self.one_run() {
-            (self.inner().len - off).min(max)
-        } else {
-            to_page_end(self, off, in_page, max)
-        }
+        self.page_and_offset(off)
+            .map_or(0, |(_, in_page)| self.vector_len(off, in_page, max))
     }
 
     fn page_at(&self, off: u64) -> Option<(BorrowedPage<'_>, u32)> {
@@ -486,6 +490,17 @@ impl BioPages for Pages {
             unsafe { BorrowedPage::from_raw(NonNull::new(page)?) },
             in_page,
         ))
+    }
+
+    fn vector(&self, off: u64, max: u64) -> Option<(BorrowedPage<'_>, u32, u64)> {
+        let (page, in_page) = self.page_and_offset(off)?;
+        let n = self.vector_len(off, in_page, max);
+        if n == 0 {
+            return None;
+        }
+        // SAFETY: as in `page_at`.
+        let page = unsafe { BorrowedPage::from_raw(NonNull::new(page)?) };
+        Some((page, in_page, n))
     }
 }
 
@@ -510,6 +525,13 @@ mod tests {
         assert_eq!(p.contiguous(PAGE + 512, 3 * PAGE), PAGE - 512);
         assert_eq!(p.contiguous(0, 1024), 1024);
         assert_eq!(p.contiguous(3 * PAGE, PAGE), 0);
+        // A vector is the page and offset `page_at` gives, as long as
+        // `contiguous` says; nothing outside the range or for no bytes.
+        let v = |off, max| p.vector(off, max).map(|(_, in_page, n)| (in_page, n));
+        assert_eq!(v(PAGE + 512, 3 * PAGE), Some((512, PAGE - 512)));
+        assert_eq!(v(0, 1024), Some((0, 1024)));
+        assert_eq!(v(3 * PAGE, PAGE), None);
+        assert_eq!(v(0, 0), None);
         // Never past the range's end, even inside its last page.
         let q = Pages::alloc_zeroed(PAGE + 512).unwrap();
         assert_eq!(q.contiguous(PAGE, PAGE), 512);

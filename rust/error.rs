@@ -25,7 +25,8 @@
 //! 7. `RegEntry::claim` and a kernel consumer's `KernelMem::claim` (peer_api;
 //!    a client's callbacks for the claim run under it), then `KernelMem::st`;
 //!    the peer-memory client registry, a file's `DmaHints::other` (a
-//!    spinlock) and a client of another module's state are leaves. The
+//!    spinlock), `RegEntry::io` (a spinlock, taken by I/O inside an RCU
+//!    read section) and a client of another module's state are leaves. The
 //!    statistics take no lock (atomic counters, stats.rs).
 //!
 //! A dma-buf export (dmabuf.rs) stands beside 1.-3.: its `Exported::link`,

@@ -15,7 +15,9 @@
 //! in an [`RcuMap`] by id, which REGISTER fills and DEREGISTER and close
 //! empty (under `OpenFile::regs`, like the list). DEREGISTER waits for an
 //! expedited RCU grace period after it let go of `OpenFile::regs`; close
-//! waits for one for all of the file's.
+//! waits for one for all of the file's. Inside that read section the I/O
+//! takes a reference to the registration's pages under `RegEntry::io`, a
+//! spinlock that is a leaf of the lock order.
 
 use crate::{
     devmem::AllocState,
@@ -84,8 +86,8 @@ impl Consumer for RegEntry {
     }
 
     fn invalidate(&self) {
-        // Each dropped outside its lock (the last reference of the pages,
-        // and the claim, may sleep).
+        // Each dropped outside its lock (the claim's drop may sleep; the
+        // I/O reference goes first, so no I/O starts on it any more).
         let io = self.io.lock().take();
         drop(io);
         drop(self.claim.lock().take());

@@ -112,7 +112,8 @@ struct Memory {
 /// slots. The file implements it; storage knows nothing else of it.
 pub(crate) trait IoOwner {
     /// The pinned pages of the file's registration `id` (`ENOENT` if there
-    /// is none), if `check` (which must not sleep) accepts it.
+    /// is none), if `check` accepts it. `check` runs in an RCU read section
+    /// (atomic context): it must not sleep.
     fn registration_pages(&self, id: u64, check: &dyn Fn(&RegEntry) -> Result) -> Result<Pages>;
     /// The file's hints of the DMA devices of its I/O targets.
     fn dma_hints(&self) -> &DmaHints;

@@ -32,8 +32,8 @@ fn grace_period() {
 }
 
 /// A value taken out of an [`RcuMap`]: lookups that found it before may
-/// still be taking a reference, so its drop waits for a grace period
-/// before it lets go of it.
+/// still be borrowing it, so its drop waits for a grace period before it
+/// lets go of it.
 ///
 /// INVARIANT: `value` is taken only after a grace period that started
 /// after it left the map.
@@ -117,7 +117,10 @@ impl<T: Send + Sync> RcuMap<T> {
 
     /// Runs `f` on the value under `key`, if any, without taking a
     /// reference: `f` runs inside the RCU read section that keeps the value
-    /// alive, so it must not sleep. Takes no lock.
+    /// alive, so it must not sleep (atomic context, as under the kernel
+    /// crate's `rcu::Guard`, whose borrows such as
+    /// `Revocable::try_access_with_guard` rest on the same rule). Takes no
+    /// lock.
     pub(crate) fn with<R>(&self, key: u64, f: impl FnOnce(&T) -> R) -> Option<R> {
         let i = index(key)?;
         let _rcu = rcu::read_lock();

@@ -7,7 +7,8 @@
  *
  * NSID 1 [142, 158) MiB belongs to this suite, 4 MiB to each test that moves
  * data (the last 4 MiB to the two teardown tests, which read the same bytes
- * into the same GPU): no other suite touches it (harden_test reads at 140 and
+ * into the same GPU), and [159, 160) MiB to its page-cache test (storage_test
+ * has [158, 159)): no other suite touches them (harden_test reads at 140 and
  * 141 MiB, fault_test starts at 160), so the DMACHECK records (every
  * traced NVMe command on a range had its data pointers in the GPU's BAR)
  * prove where the bytes went; HOSTCHECK and NVMECHECK records prove what
@@ -328,6 +329,54 @@ TEST_F(ur, mixed_read_write_registered)
 	for (__u64 at = rpos; at <= wpos; at += wpos - rpos)
 		printf("# DMACHECK ns=1 off=%llu len=%llu where=gpu:%s\n", (unsigned long long)at,
 		       (unsigned long long)len, g->bdf);
+}
+
+/*
+ * The page cache of the raw namespace, NSID 1 [159, 160) MiB: a READ
+ * command sees data a buffered writer left dirty (written back first, by
+ * io_uring's worker if that must wait), and a buffered reader sees what a
+ * WRITE command put on the device (its cached pages dropped).
+ */
+TEST_F(ur, raw_commands_and_the_page_cache)
+{
+	struct gpu *g = &self->gpu[0];
+	__u64 pos = 159 * MiB, len = 256 * KiB, wpos = pos + 512 * KiB;
+	__u8 *buf = malloc(len);
+	char ns[64];
+	struct done d;
+	int bfd;
+
+	ASSERT_NE(NULL, buf);
+	ASSERT_TRUE(find_nvme_nsid(1, ns, sizeof(ns), NULL));
+	bfd = open(ns, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, bfd);
+
+	/* Dirty in the cache only: no fsync, so the device still has old bytes. */
+	fill_buf(buf, len, pos, 0x7159);
+	ASSERT_EQ((ssize_t)len, pwrite(bfd, buf, len, pos));
+	memset(g->map, 0, len);
+	d = one(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)g->map, len, pos, 0);
+	EXPECT_EQ((int)len, d.res) TH_LOG("READ: %s", strerror(-d.res));
+	EXPECT_EQ(len, d.p2p);
+	EXPECT_EQ(0ull, fill_diff(g->map, len, pos, 0x7159))
+		TH_LOG("the READ did not see the data left dirty in the page cache");
+	rec_gpu(g, 0, len, 0x7159, pos);
+	rec_nvme(pos, len, 0x7159);
+	rec_dma(g, pos, len, "read");
+
+	/* Cached and clean: a buffered read brings the old bytes in. */
+	ASSERT_EQ((ssize_t)len, pread(bfd, buf, len, wpos));
+	fill_buf(g->map + len, len, wpos, 0x715a);
+	d = one(&self->ring, self->dev, 1, self->ns1, 0, (uintptr_t)g->map, len, wpos, len);
+	EXPECT_EQ((int)len, d.res) TH_LOG("WRITE: %s", strerror(-d.res));
+	ASSERT_EQ((ssize_t)len, pread(bfd, buf, len, wpos));
+	EXPECT_EQ(0ull, fill_diff(buf, len, wpos, 0x715a))
+		TH_LOG("a buffered read after the WRITE saw stale cached data");
+	rec_gpu(g, len, len, 0x715a, wpos);
+	rec_nvme(wpos, len, 0x715a);
+	rec_dma(g, wpos, len, "write");
+	free(buf);
+	close(bfd);
 }
 
 /* Threads of this process that are io_uring workers ("iou-wrk-<pid>"). */

@@ -413,7 +413,9 @@ fn uring_cmd(me: &OpenFile, file: &File, cmd: &mut UringCmd) -> Result<i32> {
     };
     let n = core::mem::size_of::<uapi::p2pdirect_uring_io>();
     let arg = uapi::p2pdirect_uring_io::from_bytes_copy(&area[..n]).ok_or(EINVAL)?;
-    if area[n..].iter().any(|b| *b != 0) {
+    // Or-ed together rather than searched: no branch per byte on the path
+    // of every command.
+    if area[n..].iter().fold(0u8, |acc, b| acc | b) != 0 {
         refuse!(
             EINVAL,
             "io_uring READ/WRITE: the reserved bytes after struct p2pdirect_uring_io must be 0\n"

@@ -114,7 +114,10 @@ pub(crate) fn open_for_io(fd: i32, write: bool) -> Result<IoTarget> {
         bindings::S_IFBLK | bindings::S_IFREG => {}
         _ => return Err(EINVAL),
     }
-    if file.flags() & bindings::O_DIRECT == 0 {
+    // SAFETY: as above; `f_flags` changes only under fcntl(F_SETFL), read
+    // once here as `LocalFile::flags` reads it.
+    let flags = unsafe { core::ptr::read_volatile(&raw const (*raw(&file)).f_flags) };
+    if flags & bindings::O_DIRECT == 0 {
         return Err(EINVAL);
     }
     if !is_bdev && fs_bdev(&file).is_null() {

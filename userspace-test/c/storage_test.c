@@ -93,6 +93,20 @@ static int dbuf_free(int fd, struct dbuf *b)
 }
 
 /* Offset in the GPU's BAR of byte @off of the usable part. */
+/* A new allocation of @len bytes, all of it registered for devices to write into. */
+static int dbuf_registered(int fd, const struct gpu *g, __u64 len, struct dbuf *b,
+			   struct p2pdirect_register *reg)
+{
+	int r = dbuf_new(fd, g, len, b);
+
+	if (r)
+		return r;
+	*reg = (struct p2pdirect_register){
+		.addr = (uintptr_t)b->p, .size = len, .flags = P2PDIRECT_REG_WRITE,
+	};
+	return ioctl(fd, P2PDIRECT_IOC_REGISTER, reg) ? -errno : 0;
+}
+
 static __u64 gpu_off(const struct dbuf *b, __u64 off)
 {
 	return b->a.provider_offset + GUARD + off;
@@ -357,11 +371,7 @@ TEST_F(st, raw_io_and_the_page_cache)
 	struct dbuf b;
 	int fd, bfd;
 
-	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], 2 * len, &b));
-	reg.addr = (uintptr_t)b.p;
-	reg.size = 2 * len;
-	reg.flags = P2PDIRECT_REG_WRITE;
-	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &reg));
+	ASSERT_EQ(0, dbuf_registered(self->dev, &self->gpu[0], 2 * len, &b, &reg));
 	fd = open(self->ns1, O_RDWR | O_DIRECT);
 	ASSERT_GE(fd, 0);
 	bfd = open(self->ns1, O_RDWR);
@@ -615,11 +625,7 @@ TEST_F(st, registered_buffers)
 	struct dbuf b;
 	int fd;
 
-	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], 2 * len, &b));
-	reg.addr = (uintptr_t)b.p;
-	reg.size = 2 * len;
-	reg.flags = P2PDIRECT_REG_WRITE;
-	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &reg));
+	ASSERT_EQ(0, dbuf_registered(self->dev, &self->gpu[0], 2 * len, &b, &reg));
 	fd = open(self->ns1, O_RDONLY | O_DIRECT);
 	ASSERT_GE(fd, 0);
 	ASSERT_EQ(0, rw(self->dev, false, fd, P2PDIRECT_IO_REGISTERED, reg.id, len, foff, len,

@@ -513,6 +513,13 @@ run_profile() {
 			continue
 		fi
 		tr '\r' '\n' </tmp/profile.txt | grep -E "^(workload|$wl )" >"$out"
+		# Every call chain that entered the kernel through the benchmark's
+		# syscalls or task work, one folded line each (ci/calltree.py).
+		say "## folded"
+		perf report -i /tmp/perf.data --stdio --no-children --sort sym \
+			-g folded,0,caller,count 2>/dev/null |
+			grep -E 'io_uring_enter|sys_ioctl|sys_pread|sys_pwrite|task_work' |
+			grep -v '^#' >"$out"
 		for view in self:--no-children:40 "with callees:--children:60"; do
 			say "## ${view%%:*}"
 			opt=${view#*:}

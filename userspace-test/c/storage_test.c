@@ -168,14 +168,17 @@ static void rec_nvme(int nsid, __u64 off, __u64 len, __u64 seed, __u64 pos)
 	       (unsigned long long)pos);
 }
 
+/* DMACHECK of the commands on a range; @op "read" or "write" only those (NULL: all). */
+static void rec_dma_op(int nsid, __u64 off, __u64 len, const char *gpu_bdf, const char *op)
+{
+	printf("# DMACHECK ns=%d off=%llu len=%llu where=%s%s%s%s\n", nsid,
+	       (unsigned long long)off, (unsigned long long)len, gpu_bdf ? "gpu:" : "ram",
+	       gpu_bdf ? gpu_bdf : "", op ? " op=" : "", op ? op : "");
+}
+
 static void rec_dma(int nsid, __u64 off, __u64 len, const char *gpu_bdf)
 {
-	if (gpu_bdf)
-		printf("# DMACHECK ns=%d off=%llu len=%llu where=gpu:%s\n", nsid,
-		       (unsigned long long)off, (unsigned long long)len, gpu_bdf);
-	else
-		printf("# DMACHECK ns=%d off=%llu len=%llu where=ram\n", nsid,
-		       (unsigned long long)off, (unsigned long long)len);
+	rec_dma_op(nsid, off, len, gpu_bdf, NULL);
 }
 
 /*
@@ -346,13 +349,6 @@ TEST_F(st, raw_write_both_gpus)
 		rec_dma(1, foff, len, b.g->bdf);
 		close(fd);
 	}
-}
-
-/* DMACHECK of one direction only (the range's buffered I/O, the other way, is left out). */
-static void rec_dma_op(int nsid, __u64 off, __u64 len, const char *gpu_bdf, const char *op)
-{
-	printf("# DMACHECK ns=%d off=%llu len=%llu where=gpu:%s op=%s\n", nsid,
-	       (unsigned long long)off, (unsigned long long)len, gpu_bdf, op);
 }
 
 /*

@@ -208,7 +208,14 @@ kunit_suites() {
 rust_suite() { P2PDIRECT_RECORDS=$out "$1" --test-threads=1 2>&1 | libtest_tap; }
 
 # The p2pd tool as a user runs it. verify's records go to the host checks.
-p2pd_json() { /tests/p2pd "$@" --json | grep -q '^[[{].*[]}]$'; }
+# With --json, stdout is one JSON document and nothing else (one line).
+p2pd_json() {
+	/tests/p2pd "$@" --json >/tmp/json.out || return 1
+	[ "$(wc -l </tmp/json.out)" -eq 1 ] && grep -q '^[[{].*[]}]$' /tmp/json.out || {
+		head -c 600 /tmp/json.out
+		return 1
+	}
+}
 p2pd_info_matrix() {
 	/tests/p2pd info >/tmp/info || return 1
 	cat /tmp/info
@@ -251,6 +258,45 @@ p2pd_bench_uring() {
 	done
 	grep -q '"queue_depth":8' /tmp/bench.out
 }
+# An option the command does not take is refused, not ignored.
+p2pd_foreign_option() {
+	/tests/p2pd stats --qd 4 2>/tmp/err
+	[ $? -eq 2 ] && grep -q 'stats does not take --qd' /tmp/err || { cat /tmp/err; return 1; }
+	/tests/p2pd version --reset 2>/tmp/err
+	[ $? -eq 2 ] && grep -q 'version does not take --reset' /tmp/err
+}
+# bench --json: the table goes to stderr, stdout is the JSON alone.
+p2pd_bench_json() {
+	p2pd_json bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 1 \
+		--only 'p2pdirect seq-read-4K' 2>/tmp/err || { cat /tmp/err; return 1; }
+	grep -q '"path":"p2pdirect"' /tmp/json.out && grep -q '^seq-read-4K  *p2pdirect ' /tmp/err
+}
+# A run that fails makes bench fail (exit 1) after the table: the p2pdirect
+# path (one thread and four: two runs) into NSID 4, which no provider can
+# reach (its controller sits on its own root port), gets EREMOTEIO.
+p2pd_bench_failed_run() {
+	/tests/p2pd bench --dev "$(ns_dev 4)" --seconds 0.1 --rounds 1 \
+		--only 'p2pdirect seq-read-4K' >/tmp/bench.out 2>/tmp/err
+	rc=$?
+	cat /tmp/bench.out /tmp/err
+	[ $rc -eq 1 ] && grep -q '^seq-read-4K  *p2pdirect  *error: ' /tmp/bench.out &&
+		grep -q '2 of 2 runs failed' /tmp/err
+}
+# The upstream sysfs paths need the controller's published memory: NSID 4's
+# controller has none, so they are left out and said so; the other runs
+# still go (exit 0), and with only those asked for, bench says why it ran
+# nothing (exit 1).
+p2pd_bench_no_p2pmem() {
+	/tests/p2pd bench --dev "$(ns_dev 4)" --seconds 0.1 --rounds 1 \
+		--only 'upstream-p2pmem seq-read-4K' --only 'odirect-ram seq-read-4K' >/tmp/bench.out 2>&1 ||
+		{ cat /tmp/bench.out; return 1; }
+	cat /tmp/bench.out
+	grep -q 'runs of upstream-p2pmem and upstream-uring-p2pmem left out: the controller of' \
+		/tmp/bench.out && grep -q '^seq-read-4K  *odirect-ram  *[0-9]' /tmp/bench.out || return 1
+	/tests/p2pd bench --dev "$(ns_dev 4)" --seconds 0.1 --rounds 1 \
+		--only upstream-uring-p2pmem --qd 1 2>/tmp/err
+	[ $? -eq 1 ] && grep -q 'publishes no P2P memory' /tmp/err
+}
 p2pd_bad_qd() {
 	/tests/p2pd bench --qd 0 2>/tmp/err
 	[ $? -eq 2 ] && grep -q -- '--qd must be 1..256' /tmp/err
@@ -264,6 +310,12 @@ p2pd_suite() {
 	check "p2pd bench --qd 1,8 --only uring: the io_uring paths at each depth" p2pd_bench_uring
 	check "p2pd verify: 8 MiB NVMe -> GPU -> NVMe, every byte" p2pd_verify
 	check "p2pd stats --json is one JSON document" p2pd_json stats
+	check "p2pd version --json is one JSON document" p2pd_json version
+	check "p2pd bench --json: stdout is the JSON alone, the table on stderr" p2pd_bench_json
+	check "p2pd bench with a failed run: its error row, exit 1" p2pd_bench_failed_run
+	check "p2pd bench on a controller without p2pmem: upstream sysfs paths left out, said so" \
+		p2pd_bench_no_p2pmem
+	check "p2pd with an option the command does not take: refused, exit 2" p2pd_foreign_option
 	check "p2pd verify --dev of no namespace: clear error, exit 1" p2pd_bad
 	check "p2pd with an unknown option: usage, exit 2" sh -c '/tests/p2pd info --bogus; [ $? -eq 2 ]'
 	check "p2pd bench --qd 0: clear error, exit 2" p2pd_bad_qd

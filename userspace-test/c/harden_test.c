@@ -23,7 +23,9 @@
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -505,6 +507,102 @@ TEST_F(hd, read_only_block_device_eperm)
 	EXPECT_EQ(EPERM, r.compat);
 	snprintf(cmd, sizeof(cmd), "losetup -d %s && rm -f /tmp/ro.img", loop);
 	EXPECT_EQ(0, sh(cmd));
+}
+
+/* DMA_PROBE of a loop device: no PCI device does its DMA, ENODEV. */
+TEST_F(hd, dma_probe_loop_device_enodev)
+{
+	char loop[64] = "", cmd[200];
+	struct p2pdirect_alloc a;
+	__u8 *m;
+	int fd;
+
+	ASSERT_EQ(0, sh("dd if=/dev/zero of=/tmp/probe.img bs=1M count=4 2>/dev/null"));
+	ASSERT_EQ(0, new_loop("/tmp/probe.img", loop, sizeof(loop)));
+	fd = open(loop, O_RDWR);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(-ENODEV, probe(self->dev, fd, m, 64 * KiB));
+	close(fd);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+	snprintf(cmd, sizeof(cmd), "losetup -d %s && rm -f /tmp/probe.img", loop);
+	EXPECT_EQ(0, sh(cmd));
+}
+
+/* The /dev name of the block device with number @dev (its uevent's DEVNAME). */
+static int bdev_name(dev_t dev, char *name, size_t len)
+{
+	char path[96], line[128];
+	int ret = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/uevent", major(dev), minor(dev));
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "DEVNAME=", 8)) {
+			line[strcspn(line, "\n")] = 0;
+			snprintf(name, len, "/dev/%s", line + 8);
+			ret = 0;
+		}
+	fclose(f);
+	return ret;
+}
+
+/*
+ * A file whose file system's block device was set read-only after the
+ * mount: WRITE, direct and COMPAT, is refused with EROFS before any data
+ * moves (the block layer itself would only log a write to it); READ still
+ * works.
+ */
+TEST_F(hd, file_on_read_only_device_erofs)
+{
+	const char *path = "/mnt/ext4/ro-dev.bin";
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io out;
+	char dev[160], cmd[200];
+	struct stat st;
+	void *buf;
+	__u8 *m;
+	int fd;
+
+	ASSERT_EQ(0, stat("/mnt/ext4", &st));
+	ASSERT_EQ(0, bdev_name(st.st_dev, dev, sizeof(dev)));
+	ASSERT_EQ(0, posix_memalign(&buf, 4096, 64 * KiB));
+	memset(buf, 0x5a, 64 * KiB);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ((ssize_t)(64 * KiB), pwrite(fd, buf, 64 * KiB, 0));
+	ASSERT_EQ(0, fsync(fd));
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	snprintf(cmd, sizeof(cmd), "blockdev --setro %s", dev);
+	ASSERT_EQ(0, sh(cmd));
+	EXPECT_EQ(-EROFS, io(self->dev, true, fd, 0, (uintptr_t)m, 64 * KiB, 0, &out));
+	EXPECT_EQ(-EROFS, io(self->dev, true, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 64 * KiB, 0,
+			      &out));
+	EXPECT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 64 * KiB, 0, &out));
+	EXPECT_EQ(64 * KiB, out.bytes);
+	snprintf(cmd, sizeof(cmd), "blockdev --setrw %s", dev);
+	EXPECT_EQ(0, sh(cmd));
+	/* Nothing was written: the file still holds its bytes. */
+	memset(buf, 0, 64 * KiB);
+	EXPECT_EQ((ssize_t)(64 * KiB), pread(fd, buf, 64 * KiB, 0));
+	EXPECT_EQ(0x5a, ((__u8 *)buf)[0]);
+	EXPECT_EQ(0, memcmp(buf, (__u8 *)buf + 1, 64 * KiB - 1));
+	EXPECT_EQ(0, memcmp(m, buf, 64 * KiB));
+	/* Put the GPU memory back to the zeros the host expects. */
+	memset(m, 0, a.size);
+	close(fd);
+	unlink(path);
+	free(buf);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
 }
 
 /* READ and WRITE on a raw namespace send the events read(2)/write(2) send. */

@@ -821,6 +821,9 @@ TEST_F(st, bad_input)
 	EXPECT_EQ(-EFAULT, rw(self->dev, false, rd, 0, p, len + GUARD + 4096, 0, 0, NULL));
 	EXPECT_EQ(-EFAULT, rw(self->dev, false, rd, 0, p, 8192, 0, len + GUARD - 4096, NULL));
 	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0, p, 4096, 0, (__u64)-4096, NULL));
+	/* A file offset that is a negative loff_t, block-aligned: pread's EINVAL. */
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0, p, 4096, 1ull << 63, 0, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, true, wr, 0, p, 4096, (__u64)-4096, 0, NULL));
 	/* Flags and padding. */
 	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0x80, p, 4096, 0, 0, NULL));
 	io = (struct p2pdirect_io){ .fd = rd, .addr = p, .size = 4096, .pad = 1 };

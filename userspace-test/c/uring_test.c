@@ -593,6 +593,48 @@ TEST_F(ur, errors_in_cqes)
 }
 
 /*
+ * P2PDIRECT_URING_MAX_INFLIGHT: a command's place among the file's commands
+ * in flight is given back by the task work that posts its CQE, which runs
+ * only after the io_uring_enter that submitted it returns. So of MAX + 1
+ * READs submitted in one call, the last finds every place taken and gets
+ * -EBUSY in its CQE; the others move their data device to device. Once the
+ * CQEs are reaped the places are free again.
+ */
+TEST_F(ur, inflight_limit_ebusy)
+{
+	struct gpu *g = &self->gpu[0];
+	unsigned int n = P2PDIRECT_URING_MAX_INFLIGHT + 1, ok = 0, busy = 0;
+	__u64 span = 64 * 4 * KiB;
+	struct io_uring big;
+	struct done *d = calloc(n, sizeof(*d));
+
+	ASSERT_NE(NULL, d);
+	ASSERT_EQ(0, io_uring_queue_init(2 * n, &big, IORING_SETUP_SQE128 | IORING_SETUP_CQE32));
+	for (unsigned int i = 0; i < n; i++)
+		prep(&big, self->dev, 0, self->ns1, 0, (uintptr_t)g->map, 4 * KiB,
+		     OWN + (i % 64) * 4 * KiB, (i % 64) * 4 * KiB, i);
+	ASSERT_EQ((int)n, io_uring_submit(&big));
+	ASSERT_EQ(0, reap(&big, n, d));
+	for (unsigned int i = 0; i < n; i++) {
+		if (d[i].res == -EBUSY) {
+			busy++;
+			continue;
+		}
+		EXPECT_EQ((int)(4 * KiB), d[i].res) TH_LOG("read %u: %s", i, strerror(-d[i].res));
+		EXPECT_EQ(4 * KiB, d[i].p2p);
+		ok += d[i].res == (int)(4 * KiB);
+	}
+	EXPECT_EQ(1u, busy);
+	EXPECT_EQ(n - 1, ok);
+	rec_dma(g, OWN, span, "read");
+	/* The places came back with the CQEs. */
+	EXPECT_EQ((int)(4 * KiB), one(&big, self->dev, 0, self->ns1, 0, (uintptr_t)g->map,
+				      4 * KiB, OWN, 0).res);
+	io_uring_queue_exit(&big);
+	free(d);
+}
+
+/*
  * FREE while 64 READs of NSID 1 [OWN + 8, + 2) MiB into the allocation are
  * in flight: FREE does not wait, every command completes (the pages were
  * pinned at submission), and the memory handed out afterwards is zeroed

@@ -4,14 +4,17 @@
  * PCI P2PDMA. The one definition of the /dev/p2pdirect ABI.
  *
  * Rules (Documentation/driver-api/ioctl.rst):
- *  - every command is _IOWR with its real argument struct; the struct size is
- *    part of the command number, so a caller built against another layout gets
- *    -ENOTTY instead of a misread struct;
+ *  - every ioctl command is _IOWR with its real argument struct; the struct
+ *    size is part of the command number, so a caller built against another
+ *    layout gets -ENOTTY instead of a misread struct (the io_uring cmd_op
+ *    values, which are not ioctls, are _IOW: the argument is only read);
  *  - pointers and sizes are __u64; no enums, no bitfields;
  *  - fields named pad/reserved must be zero on input (else -EINVAL) and are
  *    zero on output;
- *  - new behaviour gets a new command number; the ABI major changes only when
- *    an existing command changes meaning, the minor when commands are added.
+ *  - new behaviour gets a new command number or flag; the ABI major changes
+ *    only when an existing command changes meaning, the minor when commands,
+ *    flags or documented behaviours are added (1.6, 1.7 and 1.10 added
+ *    behaviours and no command).
  *
  * Errors common to every command:
  *  -ENOTTY  unknown command, or a known command number with a wrong size or
@@ -28,14 +31,20 @@
  * Open mode (since ABI 1.6): a file opened O_RDONLY may GET_VERSION,
  * LIST_PROVIDERS and STATS without P2PDIRECT_STATS_RESET; every command that
  * takes resources, moves data or resets counters (ALLOC, FREE, DMA_PROBE,
- * REGISTER, DEREGISTER, REG_QUERY, READ, WRITE, EXPORT_DMABUF, STATS with
- * RESET) needs
- * O_RDWR or O_WRONLY, else -EBADF (as write(2) on a read-only descriptor).
+ * REGISTER, DEREGISTER, REG_QUERY, READ, WRITE, STATS with RESET) needs
+ * O_RDWR or O_WRONLY, else -EBADF (as write(2) on a read-only descriptor);
+ * EXPORT_DMABUF needs O_RDWR (the dma-buf is read-write), and mmap() of
+ * device memory, which is shared and read-write, needs O_RDWR too (the
+ * kernel refuses a shared mapping of an O_WRONLY file: -EACCES).
  *
  * /dev/p2pdirect is created with mode 0600 (root only); an ordinary user gets
  * -EACCES at open unless an administrator widens the node (udev rule). An
  * open file, and any mapping of device memory (which holds its file), holds
  * the module: rmmod fails ("in use") until the last one is gone.
+ *
+ * ABI 1.10 (no new command, same structs): the statistics hold at most
+ * P2PDIRECT_STATS_MAX_ENTRIES entries, and STATS with RESET leaves the
+ * entries past @capacity counting (see struct p2pdirect_stats).
  *
  * ABI 1.9 adds P2PDIRECT_IOC_EXPORT_DMABUF: device memory as a P2P dma-buf
  * for other drivers (RDMA NICs: ibv_reg_dmabuf_mr).
@@ -301,7 +310,9 @@ struct p2pdirect_dma_probe {
  * a 2-byte range across a page boundary pins 8 KiB), or the range alone is
  * larger; -ENOSPC the file holds 4096 registrations already; -EFAULT the
  * range is not mapped, spans two mappings, or its memory was freed while it
- * was being registered; -EINVAL size 0, a wrapping range, unknown flags.
+ * was being registered; -EOPNOTSUPP memory of a peer-memory client another
+ * module registered (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only); -EINVAL
+ * size 0, a wrapping range, unknown flags.
  */
 struct p2pdirect_register {
 	__u64 addr;
@@ -402,8 +413,14 @@ struct p2pdirect_reg_id {
  * P2PDIRECT_REG_WRITE; -EREMOTEIO the block device's DMA device cannot reach
  * the memory and COMPAT is not set; -ENOSPC WRITE past the end of a block
  * device; -EPERM WRITE to a read-only block device (write(2)'s errno; ABI
- * 1.5 said -EROFS); -ETXTBSY WRITE to an active swap device; -EIO and
- * others: the device or file system failed the transfer.
+ * 1.5 said -EROFS); -EROFS WRITE to a file whose file system's block device
+ * was made read-only after the mount (the block layer would only log such a
+ * write); -ETXTBSY WRITE to an active swap device; -EOPNOTSUPP @addr is
+ * memory of a peer-memory client another module registered (it serves DMA
+ * mappings only, see P2PDIRECT_CLIENT_EXTERNAL); -EINVAL also
+ * @file_offset past 2^63 - 1 (a negative loff_t) or @addr + @buf_offset
+ * wrapping; -EIO and others: the device or file system failed the
+ * transfer.
  */
 struct p2pdirect_io {
 	__s32 fd;
@@ -539,7 +556,12 @@ struct p2pdirect_stats {
  *  -EINVAL  the ring does not use 128-byte SQEs, reserved bytes not zero,
  *           uring_cmd_flags set;
  *  -EBUSY   the /dev/p2pdirect file already has
- *           P2PDIRECT_URING_MAX_INFLIGHT commands in flight.
+ *           P2PDIRECT_URING_MAX_INFLIGHT commands in flight. A command
+ *           holds its place from its issue until its CQE is posted (from
+ *           task work in the submitting task), so MAX + 1 commands
+ *           submitted in one io_uring_enter give one -EBUSY; a command
+ *           waiting for io_uring's worker holds no place until the worker
+ *           issues it.
  *
  * Completion: cqe->res is the number of bytes moved (short at the end of a
  * block device or file, and after a failed part, as the ioctls) or -errno.

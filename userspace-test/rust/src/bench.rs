@@ -34,6 +34,7 @@ use io_uring::{opcode, types, IoUring};
 use p2pdirect::{uring::Ring, Device, Io, Memory};
 use std::{
     fs,
+    io::Write,
     os::{fd::AsRawFd, unix::fs::FileExt},
     time::{Duration, Instant},
 };
@@ -950,7 +951,12 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         let name = format!("{} {}", path.name(), wl.name());
         args.only.is_empty() || args.only.iter().any(|o| name.contains(o.as_str()))
     };
-    let todo: Vec<(Path, &Workload)> = wls
+    // The upstream sysfs paths need the controller's published memory: on
+    // a controller without it they are left out, and said so, rather than
+    // failed.
+    let no_p2pmem =
+        |p: Path| ctx.p2pmem.is_none() && matches!(p, Path::Upstream | Path::UringP2pmem);
+    let (todo, skipped): (Vec<(Path, &Workload)>, Vec<_>) = wls
         .iter()
         .flat_map(|wl| PATHS.iter().map(move |p| (*p, wl)))
         .chain(
@@ -959,7 +965,16 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
                 .flat_map(|wl| URING_PATHS.iter().map(move |p| (*p, wl))),
         )
         .filter(|(p, wl)| wanted(*p, wl))
-        .collect();
+        .partition(|(p, _)| !no_p2pmem(*p));
+    let skip_note = format!(
+        "{} runs of upstream-p2pmem and upstream-uring-p2pmem left out: the controller of {} \
+         publishes no P2P memory (no p2pmem/allocate in sysfs)",
+        skipped.len(),
+        ns.name
+    );
+    if todo.is_empty() && !skipped.is_empty() {
+        return Err(skip_note);
+    }
     if todo.is_empty() {
         return Err("--only matches no run (runs are named like 'p2pdirect seq-read-4K')".into());
     }
@@ -978,43 +993,18 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     let rs: Vec<Res> = all.into_iter().filter_map(median).collect();
     let ratios = ratios(&rs, threads, &qds);
 
-    println!(
-        "p2pd bench: {} (nsid {}, {}) <-> GPU {}; {secs} s per run, median of {rounds} rounds",
-        ns.name, ns.nsid, ns.serial, gpu.pci_addr
-    );
-    println!(
-        "{:<20} {:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
-        "workload", "path", "MiB/s", "IOPS", "mean us", "p50 us", "p99 us", "CPU s/GiB"
-    );
-    for r in &rs {
-        if let Some(e) = &r.error {
-            println!("{:<20} {:<22} error: {e}", r.wl.name(), r.path.name());
-            continue;
-        }
-        println!(
-            "{:<20} {:<22} {:>9.1} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>10.3}",
-            r.wl.name(),
-            r.path.name(),
-            r.mib_s(),
-            r.iops(),
-            r.mean_us(),
-            r.p50_us(),
-            r.p99_us(),
-            r.cpu_s_per_gib()
-        );
-    }
-    println!("targets:");
-    for (what, v, target, higher) in &ratios {
-        let (verdict, shown) = match v {
-            Some(v) if (*higher && *v >= *target) || (!*higher && *v <= *target) => ("met", *v),
-            Some(v) => ("MISSED", *v),
-            None => ("not measured", f64::NAN),
-        };
-        println!(
-            "  {what}: {shown:.3} (target {} {target}) {verdict}",
-            if *higher { ">=" } else { "<=" }
-        );
-    }
+    // With --json, stdout holds the JSON document alone; the table goes to
+    // stderr.
+    let mut out: Box<dyn Write> = if args.json {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    report(
+        &mut *out, &rs, &ratios, &ns, &gpu, secs, rounds, &skipped, &skip_note,
+    )
+    .map_err(|e| format!("writing the results: {e}"))?;
+    let failed = rs.iter().filter(|r| r.error.is_some()).count();
 
     let runs: Vec<String> = rs
         .iter()
@@ -1065,12 +1055,82 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     j.num("rounds", rounds as f64);
     j.raw("runs", &Json::array(&runs));
     j.raw("ratios", &Json::array(&rat));
+    if !skipped.is_empty() {
+        j.str("left_out", &skip_note);
+    }
     let text = j.end();
     if let Some(out) = &args.out {
         fs::write(out, &text).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     if args.json {
         println!("{text}");
+    }
+    if failed > 0 {
+        return Err(format!(
+            "{failed} of {} runs failed (their rows say why)",
+            rs.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The human-readable results: the table, the runs left out and the
+/// targets.
+#[allow(clippy::too_many_arguments)]
+fn report(
+    w: &mut dyn Write,
+    rs: &[Res],
+    ratios: &[Ratio],
+    ns: &Namespace,
+    gpu: &p2pdirect::Provider,
+    secs: f64,
+    rounds: usize,
+    skipped: &[(Path, &Workload)],
+    skip_note: &str,
+) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "p2pd bench: {} (nsid {}, {}) <-> GPU {}; {secs} s per run, median of {rounds} rounds",
+        ns.name, ns.nsid, ns.serial, gpu.pci_addr
+    )?;
+    writeln!(
+        w,
+        "{:<20} {:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "workload", "path", "MiB/s", "IOPS", "mean us", "p50 us", "p99 us", "CPU s/GiB"
+    )?;
+    for r in rs {
+        if let Some(e) = &r.error {
+            writeln!(w, "{:<20} {:<22} error: {e}", r.wl.name(), r.path.name())?;
+            continue;
+        }
+        writeln!(
+            w,
+            "{:<20} {:<22} {:>9.1} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>10.3}",
+            r.wl.name(),
+            r.path.name(),
+            r.mib_s(),
+            r.iops(),
+            r.mean_us(),
+            r.p50_us(),
+            r.p99_us(),
+            r.cpu_s_per_gib()
+        )?;
+    }
+    if !skipped.is_empty() {
+        writeln!(w, "{skip_note}")?;
+    }
+    writeln!(w, "targets:")?;
+    for (what, v, target, higher) in ratios {
+        let (verdict, shown) = match v {
+            Some(v) if (*higher && *v >= *target) || (!*higher && *v <= *target) => ("met", *v),
+            Some(v) => ("MISSED", *v),
+            None => ("not measured", f64::NAN),
+        };
+        writeln!(
+            w,
+            "  {what}: {shown:.3} (target {} {target}) {verdict}",
+            if *higher { ">=" } else { "<=" }
+        )?;
     }
     Ok(())
 }

@@ -24,6 +24,40 @@ pub struct Args {
     pub qd: Vec<u32>,
     /// bench: how many times each run is repeated (interleaved).
     pub rounds: Option<usize>,
+    /// The options given, in order (a command refuses those it does not
+    /// take: see [`Args::check_for`]).
+    pub given: Vec<String>,
+}
+
+/// The options each command takes (`None`: no such command).
+pub fn options_of(cmd: &str) -> Option<&'static [&'static str]> {
+    Some(match cmd {
+        "version" | "info" => &["--json"],
+        "stats" => &["--json", "--reset"],
+        "verify" => &[
+            "--dev",
+            "--gpu",
+            "--offset",
+            "--size",
+            "--records",
+            "--json",
+        ],
+        "bench" => &[
+            "--dev",
+            "--gpu",
+            "--seconds",
+            "--rounds",
+            "--threads",
+            "--qd",
+            "--offset",
+            "--size",
+            "--only",
+            "--out",
+            "--json",
+        ],
+        "help" | "--help" | "-h" => &[],
+        _ => return None,
+    })
 }
 
 /// `4096`, `128k`, `1M`, `4m`, `0x1000`.
@@ -47,6 +81,7 @@ impl Args {
         let mut a = Args::default();
         let mut it = argv.iter();
         while let Some(opt) = it.next() {
+            a.given.push(opt.clone());
             let mut val = || it.next().ok_or(format!("{opt} needs a value"));
             match opt.as_str() {
                 "--json" => a.json = true,
@@ -96,6 +131,20 @@ impl Args {
             }
         }
         Ok(a)
+    }
+
+    /// Refuses an option `cmd` does not take (`stats --qd 4` would
+    /// otherwise be ignored without a word).
+    pub fn check_for(&self, cmd: &str) -> Result<(), String> {
+        let takes = options_of(cmd).ok_or(format!("unknown command '{cmd}'"))?;
+        match self.given.iter().find(|o| !takes.contains(&o.as_str())) {
+            Some(o) if takes.is_empty() => Err(format!("{cmd} takes no option ({o} given)")),
+            Some(o) => Err(format!(
+                "{cmd} does not take {o} (it takes {})",
+                takes.join(" ")
+            )),
+            None => Ok(()),
+        }
     }
 
     /// `--dev`, else the first namespace some provider can reach.

@@ -22,16 +22,18 @@ use p2pdirect::{fill, sys, Device, Io, Memory, Version};
 use std::{os::fd::AsRawFd, process::ExitCode, time::Instant};
 
 const USAGE: &str = "usage: p2pd <command> [options]
-  version                      module and ABI version
+  version [--json]             module and ABI version
   info [--json]                providers, NVMe namespaces, reachability matrix
   stats [--json] [--reset]     I/O statistics per provider and block device
   verify [--dev NS] [--gpu I] [--offset B] [--size B] [--records] [--json]
                                NVMe -> device memory -> NVMe, every byte checked
   bench [--dev NS] [--gpu I] [--seconds S] [--rounds R] [--threads N] [--qd N[,N...]]
-        [--offset B --size B] [--only 'PATH WORKLOAD']... [--out FILE] [--json]
+        [--offset B] [--size B] [--only 'PATH WORKLOAD']... [--out FILE] [--json]
                                p2pdirect vs upstream sysfs P2PDMA vs bounce vs buffered;
                                io_uring paths at each queue depth (default 1,4,16,32,64);
-                               each run repeated R times (default 3), the median kept";
+                               each run repeated R times (default 3), the median kept
+  help                         this text
+Exit status: 0 done, 1 failed (the message says why), 2 bad command line.";
 
 fn usage() -> ExitCode {
     eprintln!("{USAGE}");
@@ -50,6 +52,23 @@ fn version(dev: &Device) -> Result<Version, String> {
         ));
     }
     Ok(v)
+}
+
+/// `p2pd version`: the module's version and ABI, as text or one JSON object.
+fn show_version(dev: &Device, args: &Args) -> Result<(), String> {
+    let v = version(dev)?;
+    if args.json {
+        let mut o = Json::obj();
+        o.str("module", &v.module);
+        o.num("abi_major", f64::from(v.abi_major));
+        o.num("abi_minor", f64::from(v.abi_minor));
+        o.num("tool_abi_major", f64::from(sys::P2PDIRECT_ABI_MAJOR));
+        o.num("tool_abi_minor", f64::from(sys::P2PDIRECT_ABI_MINOR));
+        println!("{}", o.end());
+    } else {
+        println!("{v}");
+    }
+    Ok(())
 }
 
 fn info(dev: &Device, args: &Args) -> Result<(), String> {
@@ -449,7 +468,11 @@ fn main() -> ExitCode {
     let Some((cmd, rest)) = argv.split_first() else {
         return usage();
     };
-    let args = match Args::parse(rest) {
+    if cli::options_of(cmd).is_none() {
+        eprintln!("p2pd: unknown command '{cmd}'");
+        return usage();
+    }
+    let args = match Args::parse(rest).and_then(|a| a.check_for(cmd).map(|()| a)) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("p2pd: {e}");
@@ -457,7 +480,7 @@ fn main() -> ExitCode {
         }
     };
     let run: fn(&Device, &Args) -> Result<(), String> = match cmd.as_str() {
-        "version" => |d, _| version(d).map(|v| println!("{v}")),
+        "version" => show_version,
         "info" => info,
         "stats" => stats,
         "verify" => verify,

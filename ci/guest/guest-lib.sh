@@ -308,11 +308,13 @@ p2pd_suite() {
 	check "p2pd info: providers, namespaces, reachability matrix" p2pd_info_matrix
 	check "p2pd info --json is one JSON document" p2pd_json info
 	check "p2pd bench --qd 1,8 --only uring: the io_uring paths at each depth" p2pd_bench_uring
+	# The bench runs allocate (and zero) device memory: before verify, whose
+	# data in device memory the host checks.
+	check "p2pd bench --json: stdout is the JSON alone, the table on stderr" p2pd_bench_json
+	check "p2pd bench with a failed run: its error row, exit 1" p2pd_bench_failed_run
 	check "p2pd verify: 8 MiB NVMe -> GPU -> NVMe, every byte" p2pd_verify
 	check "p2pd stats --json is one JSON document" p2pd_json stats
 	check "p2pd version --json is one JSON document" p2pd_json version
-	check "p2pd bench --json: stdout is the JSON alone, the table on stderr" p2pd_bench_json
-	check "p2pd bench with a failed run: its error row, exit 1" p2pd_bench_failed_run
 	check "p2pd bench on a controller without p2pmem: upstream sysfs paths left out, said so" \
 		p2pd_bench_no_p2pmem
 	check "p2pd with an option the command does not take: refused, exit 2" p2pd_foreign_option

@@ -598,11 +598,12 @@ TEST_F(ur, errors_in_cqes)
  * only after the io_uring_enter that submitted it returns. So of MAX + 1
  * READs submitted in one call, the last finds every place taken and gets
  * -EBUSY in its CQE; the others move their data device to device. Once the
- * CQEs are reaped the places are free again.
+ * CQEs are reaped the places are free again. The READs are of NSID 1
+ * [OWN, + 256 KiB) into GPU 1, as qd128_write_then_read_both_gpus reads it.
  */
 TEST_F(ur, inflight_limit_ebusy)
 {
-	struct gpu *g = &self->gpu[0];
+	struct gpu *g = &self->gpu[1];
 	unsigned int n = P2PDIRECT_URING_MAX_INFLIGHT + 1, ok = 0, busy = 0;
 	__u64 span = 64 * 4 * KiB;
 	struct io_uring big;
@@ -626,10 +627,14 @@ TEST_F(ur, inflight_limit_ebusy)
 	}
 	EXPECT_EQ(1u, busy);
 	EXPECT_EQ(n - 1, ok);
-	rec_dma(g, OWN, span, "read");
 	/* The places came back with the CQEs. */
 	EXPECT_EQ((int)(4 * KiB), one(&big, self->dev, 0, self->ns1, 0, (uintptr_t)g->map,
 				      4 * KiB, OWN, 0).res);
+	/* GPU 1 reads [OWN, + 4 MiB) in qd128_write_then_read_both_gpus too. */
+	rec_dma(g, OWN, span, "read");
+	memset(g->map, 0, span);
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
+	       (unsigned long long)g->a.provider_offset, (unsigned long long)span);
 	io_uring_queue_exit(&big);
 	free(d);
 }

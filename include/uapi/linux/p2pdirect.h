@@ -559,9 +559,10 @@ struct p2pdirect_stats {
  *           P2PDIRECT_URING_MAX_INFLIGHT commands in flight. A command
  *           holds its place from its issue until its CQE is posted (from
  *           task work in the submitting task), so MAX + 1 commands
- *           submitted in one io_uring_enter give one -EBUSY; a command
- *           waiting for io_uring's worker holds no place until the worker
- *           issues it.
+ *           submitted in one io_uring_enter, none of which goes to
+ *           io_uring's worker, give one -EBUSY; a command that goes to the
+ *           worker gives its place back and takes one again when the
+ *           worker issues it.
  *
  * Completion: cqe->res is the number of bytes moved (short at the end of a
  * block device or file, and after a failed part, as the ioctls) or -errno.

@@ -258,6 +258,11 @@ p2pd_bench_uring() {
 	done
 	grep -q '"queue_depth":8' /tmp/bench.out
 }
+p2pd_version_json() {
+	p2pd_json version || return 1
+	cat /tmp/json.out
+	grep -q '"abi":"[0-9]*\.[0-9]*"' /tmp/json.out && grep -q '"module_version":"' /tmp/json.out
+}
 # An option the command does not take is refused, not ignored.
 p2pd_foreign_option() {
 	/tests/p2pd stats --qd 4 2>/tmp/err
@@ -314,7 +319,7 @@ p2pd_suite() {
 	check "p2pd bench with a failed run: its error row, exit 1" p2pd_bench_failed_run
 	check "p2pd verify: 8 MiB NVMe -> GPU -> NVMe, every byte" p2pd_verify
 	check "p2pd stats --json is one JSON document" p2pd_json stats
-	check "p2pd version --json is one JSON document" p2pd_json version
+	check "p2pd version --json is one JSON document with the ABI" p2pd_version_json
 	check "p2pd bench on a controller without p2pmem: upstream sysfs paths left out, said so" \
 		p2pd_bench_no_p2pmem
 	check "p2pd with an option the command does not take: refused, exit 2" p2pd_foreign_option

@@ -59,11 +59,13 @@ fn show_version(dev: &Device, args: &Args) -> Result<(), String> {
     let v = version(dev)?;
     if args.json {
         let mut o = Json::obj();
-        o.str("module", &v.module);
-        o.num("abi_major", f64::from(v.abi_major));
-        o.num("abi_minor", f64::from(v.abi_minor));
-        o.num("tool_abi_major", f64::from(sys::P2PDIRECT_ABI_MAJOR));
-        o.num("tool_abi_minor", f64::from(sys::P2PDIRECT_ABI_MINOR));
+        // The keys `info --json` uses for the same values.
+        o.str("module_version", &v.module);
+        o.str("abi", &format!("{}.{}", v.abi_major, v.abi_minor));
+        o.str(
+            "tool_abi",
+            &format!("{}.{}", sys::P2PDIRECT_ABI_MAJOR, sys::P2PDIRECT_ABI_MINOR),
+        );
         println!("{}", o.end());
     } else {
         println!("{v}");

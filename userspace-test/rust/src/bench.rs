@@ -36,6 +36,7 @@ use std::{
     fs,
     io::Write,
     os::{fd::AsRawFd, unix::fs::FileExt},
+    sync::Barrier,
     time::{Duration, Instant},
 };
 
@@ -327,13 +328,78 @@ fn pio(file: &fs::File, s: &mut [u8], off: u64, write: bool) -> std::io::Result<
     }
 }
 
+/// The timed part of a run: its workers set up (open, allocate, map,
+/// register) before it starts and tear down after it ends, as gdsio times
+/// its I/O after cuFileBufRegister, so a path's setup and teardown (a
+/// registration's, an mmap's) are in no figure. The run's thread waits at
+/// both barriers too: it reads the clock and the CPU time there.
+struct Window {
+    start: Barrier,
+    end: Barrier,
+    secs: f64,
+}
+
+impl Window {
+    fn new(workers: usize, secs: f64) -> Self {
+        Self {
+            start: Barrier::new(workers + 1),
+            end: Barrier::new(workers + 1),
+            secs,
+        }
+    }
+}
+
+/// A worker's passage through the window: each barrier is waited at once,
+/// whatever happens to the worker (a failed setup, an error, a panic), so
+/// no other thread waits forever.
+struct Turn<'w> {
+    win: &'w Window,
+    began: bool,
+    ended: bool,
+}
+
+impl<'w> Turn<'w> {
+    fn new(win: &'w Window) -> Self {
+        Self {
+            win,
+            began: false,
+            ended: false,
+        }
+    }
+
+    /// Waits for every worker to be set up; returns the worker's deadline.
+    fn begin(&mut self) -> Instant {
+        if !self.began {
+            self.began = true;
+            self.win.start.wait();
+        }
+        Instant::now() + Duration::from_secs_f64(self.win.secs)
+    }
+
+    /// The worker's I/O is done.
+    fn end(&mut self) {
+        self.begin();
+        if !self.ended {
+            self.ended = true;
+            self.win.end.wait();
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
 fn worker(
     ctx: &Ctx,
     path: Path,
     wl: &Workload,
     t: usize,
-    deadline: Instant,
+    win: &Window,
 ) -> Result<(u64, Vec<f32>), String> {
+    let mut turn = Turn::new(win);
     let bs = wl.bs;
     let direct = path != Path::Buffered;
     let file = ctx.ns.open(wl.write, direct)?;
@@ -348,16 +414,14 @@ fn worker(
         bs
     };
     let (mut buf, handle) = buffer(ctx, path, buf_len)?;
-    let r = worker_on(ctx, path, wl, t, deadline, &file, &mut buf, buf_len);
+    let r = worker_on(ctx, path, wl, t, &mut turn, &file, &mut buf, buf_len);
+    turn.end();
     // Unmapped first, then given back (a bench process runs many workers).
     drop(buf);
     if let Some(h) = handle {
         let _ = ctx.dev.free(h);
     }
     let r = r?;
-    if wl.write && path == Path::Buffered {
-        file.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
-    }
     Ok(r)
 }
 
@@ -368,7 +432,7 @@ fn worker_on(
     path: Path,
     wl: &Workload,
     t: usize,
-    deadline: Instant,
+    turn: &mut Turn<'_>,
     file: &fs::File,
     buf: &mut Buf,
     buf_len: u64,
@@ -392,11 +456,19 @@ fn worker_on(
         ),
         _ => None,
     };
-    let r = if path.uring() {
+    let deadline = turn.begin();
+    let mut r = if path.uring() {
         uring_worker(ctx, path, wl, file, buf, buf_len, reg, &mut offs, deadline)
     } else {
         sync_worker(ctx, path, wl, file, buf, reg, &mut offs, deadline)
     };
+    // Buffered writes are done when they reach the device: inside the window.
+    if r.is_ok() && wl.write && path == Path::Buffered {
+        if let Err(e) = file.sync_data() {
+            r = Err(format!("fdatasync: {e}"));
+        }
+    }
+    turn.end();
     if let Some(id) = reg {
         let _ = ctx.dev.deregister(id);
     }
@@ -639,19 +711,26 @@ fn run_one(ctx: &Ctx, path: Path, wl: &Workload, secs: f64) -> Res {
         // Cold cache: the device, not the page cache, must serve the reads.
         let _ = fs::write("/proc/sys/vm/drop_caches", "3");
     }
-    let cpu0 = cpu_busy_s();
-    let t0 = Instant::now();
-    let deadline = t0 + Duration::from_secs_f64(secs);
-    let results: Vec<Result<(u64, Vec<f32>), String>> = std::thread::scope(|s| {
+    let win = Window::new(wl.threads, secs);
+    let (results, elapsed, cpu_s) = std::thread::scope(|s| {
+        let win = &win;
         let hs: Vec<_> = (0..wl.threads)
-            .map(|t| s.spawn(move || worker(ctx, path, wl, t, deadline)))
+            .map(|t| s.spawn(move || worker(ctx, path, wl, t, win)))
             .collect();
-        hs.into_iter()
+        // From the moment every worker is set up to the moment every
+        // worker's I/O is done.
+        win.start.wait();
+        let cpu0 = cpu_busy_s();
+        let t0 = Instant::now();
+        win.end.wait();
+        let elapsed = t0.elapsed().as_secs_f64();
+        let cpu_s = cpu_busy_s() - cpu0;
+        let results: Vec<Result<(u64, Vec<f32>), String>> = hs
+            .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into())))
-            .collect()
+            .collect();
+        (results, elapsed, cpu_s)
     });
-    let elapsed = t0.elapsed().as_secs_f64();
-    let cpu_s = cpu_busy_s() - cpu0;
     let mut r = Res {
         path,
         wl: wl.clone(),

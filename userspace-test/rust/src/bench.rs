@@ -27,7 +27,8 @@
 //! - `uring-ram`: the same into host memory, the device's limit.
 //!
 //! Reports MiB/s, IOPS, mean, p50 and p99 latency, and guest CPU seconds per
-//! GiB (all CPUs' busy time from /proc/stat while the run lasts).
+//! GiB (all CPUs' busy time from /proc/stat while the run lasts). A run's
+//! clock and CPU time cover its I/O only (see [`Window`]).
 
 use crate::cli::{AlignedBuf, Args, Json, Namespace, Progress};
 use io_uring::{opcode, types, IoUring};

@@ -457,10 +457,11 @@ fn worker_on(
         ),
         _ => None,
     };
-    let deadline = turn.begin();
     let mut r = if path.uring() {
-        uring_worker(ctx, path, wl, file, buf, buf_len, reg, &mut offs, deadline)
+        // The ring is set up and torn down outside the window too.
+        uring_worker(ctx, path, wl, file, buf, buf_len, reg, &mut offs, turn)
     } else {
+        let deadline = turn.begin();
         sync_worker(ctx, path, wl, file, buf, reg, &mut offs, deadline)
     };
     // Buffered writes are done when they reach the device: inside the window.
@@ -583,7 +584,7 @@ fn uring_worker(
     buf_len: u64,
     reg: Option<u64>,
     offs: &mut Offsets,
-    deadline: Instant,
+    turn: &mut Turn<'_>,
 ) -> Result<(u64, Vec<f32>), String> {
     let (bs, qd) = (wl.bs, wl.qd as usize);
     let bufs = (buf_len / bs).max(1);
@@ -595,6 +596,7 @@ fn uring_worker(
         }
         _ => Uring::Plain(IoUring::new(entries).map_err(|e| format!("io_uring: {e}"))?),
     };
+    let deadline = turn.begin();
     let fd = file.as_raw_fd();
     let mut started = vec![Instant::now(); qd];
     let mut push = |ring: &mut Uring, slot: usize, started: &mut [Instant]| -> Result<(), String> {
@@ -700,6 +702,7 @@ fn uring_worker(
             }
         }
     }
+    turn.end();
     drop(ring);
     match err {
         Some(e) => Err(e),
@@ -721,8 +724,8 @@ fn run_one(ctx: &Ctx, path: Path, wl: &Workload, secs: f64) -> Res {
         // From the moment every worker is set up to the moment every
         // worker's I/O is done.
         win.start.wait();
-        let cpu0 = cpu_busy_s();
         let t0 = Instant::now();
+        let cpu0 = cpu_busy_s();
         win.end.wait();
         let elapsed = t0.elapsed().as_secs_f64();
         let cpu_s = cpu_busy_s() - cpu0;

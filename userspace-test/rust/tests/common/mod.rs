@@ -18,13 +18,16 @@ pub fn alloc(dev: &Device, provider: u32, size: u64) -> Allocation {
         .expect("the provider just used");
     if p.kind == sys::P2PDIRECT_PROVIDER_BAR {
         if let Ok(path) = std::env::var("P2PDIRECT_RECORDS") {
-            let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
-            writeln!(
-                f,
-                "# HOSTCHECK gpu={} off={} len={} zero guard=0",
+            // One write(2) for the whole line: `writeln!` on a `File` writes
+            // each formatted piece with its own call, and the libtest output
+            // sharing the console can land between them (a record cut in two
+            // the host cannot read).
+            let line = format!(
+                "# HOSTCHECK gpu={} off={} len={} zero guard=0\n",
                 p.pci_addr, a.provider_offset, a.size
-            )
-            .unwrap();
+            );
+            let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+            f.write_all(line.as_bytes()).unwrap();
         }
     }
     a

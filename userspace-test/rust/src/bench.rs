@@ -1049,14 +1049,16 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         )
         .filter(|(p, wl)| wanted(*p, wl))
         .partition(|(p, _)| !no_p2pmem(*p));
-    let skip_note = format!(
-        "{} runs of upstream-p2pmem and upstream-uring-p2pmem left out: the controller of {} \
-         publishes no P2P memory (no p2pmem/allocate in sysfs)",
-        skipped.len(),
-        ns.name
-    );
-    if todo.is_empty() && !skipped.is_empty() {
-        return Err(skip_note);
+    let left_out = (!skipped.is_empty()).then(|| {
+        format!(
+            "{} runs of upstream-p2pmem and upstream-uring-p2pmem left out: the controller of {} \
+             publishes no P2P memory (no p2pmem/allocate in sysfs)",
+            skipped.len(),
+            ns.name
+        )
+    });
+    if let (true, Some(note)) = (todo.is_empty(), &left_out) {
+        return Err(note.clone());
     }
     if todo.is_empty() {
         return Err("--only matches no run (runs are named like 'p2pdirect seq-read-4K')".into());
@@ -1084,7 +1086,14 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         Box::new(std::io::stdout())
     };
     report(
-        &mut *out, &rs, &ratios, &ns, &gpu, secs, rounds, &skipped, &skip_note,
+        &mut *out,
+        &rs,
+        &ratios,
+        &ns,
+        &gpu,
+        secs,
+        rounds,
+        left_out.as_deref(),
     )
     .map_err(|e| format!("writing the results: {e}"))?;
     let failed = rs.iter().filter(|r| r.error.is_some()).count();
@@ -1138,8 +1147,8 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     j.num("rounds", rounds as f64);
     j.raw("runs", &Json::array(&runs));
     j.raw("ratios", &Json::array(&rat));
-    if !skipped.is_empty() {
-        j.str("left_out", &skip_note);
+    if let Some(note) = &left_out {
+        j.str("left_out", note);
     }
     let text = j.end();
     if let Some(out) = &args.out {
@@ -1168,8 +1177,7 @@ fn report(
     gpu: &p2pdirect::Provider,
     secs: f64,
     rounds: usize,
-    skipped: &[(Path, &Workload)],
-    skip_note: &str,
+    left_out: Option<&str>,
 ) -> std::io::Result<()> {
     writeln!(
         w,
@@ -1199,8 +1207,8 @@ fn report(
             r.cpu_s_per_gib()
         )?;
     }
-    if !skipped.is_empty() {
-        writeln!(w, "{skip_note}")?;
+    if let Some(note) = left_out {
+        writeln!(w, "{note}")?;
     }
     writeln!(w, "targets:")?;
     for (what, v, target, higher) in ratios {

@@ -54,14 +54,18 @@ fn version(dev: &Device) -> Result<Version, String> {
     Ok(v)
 }
 
+/// The module's version and ABI, as `info --json` and `version --json` give them.
+fn version_json(o: &mut Json, v: &Version) {
+    o.str("module_version", &v.module);
+    o.str("abi", &format!("{}.{}", v.abi_major, v.abi_minor));
+}
+
 /// `p2pd version`: the module's version and ABI, as text or one JSON object.
 fn show_version(dev: &Device, args: &Args) -> Result<(), String> {
     let v = version(dev)?;
     if args.json {
         let mut o = Json::obj();
-        // The keys `info --json` uses for the same values.
-        o.str("module_version", &v.module);
-        o.str("abi", &format!("{}.{}", v.abi_major, v.abi_minor));
+        version_json(&mut o, &v);
         o.str(
             "tool_abi",
             &format!("{}.{}", sys::P2PDIRECT_ABI_MAJOR, sys::P2PDIRECT_ABI_MINOR),
@@ -107,8 +111,7 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
     };
     if args.json {
         let mut j = Json::obj();
-        j.str("module_version", &v.module);
-        j.str("abi", &format!("{}.{}", v.abi_major, v.abi_minor));
+        version_json(&mut j, &v);
         let mut ps = Vec::new();
         for p in &providers {
             let mut o = Json::obj();

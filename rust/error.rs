@@ -57,6 +57,11 @@ pub(crate) fn eremoteio() -> Error {
     errno(bindings::EREMOTEIO)
 }
 
+/// `ELOOP`: a block device stacked deeper than p2pdirect follows.
+pub(crate) fn eloop() -> Error {
+    errno(bindings::ELOOP)
+}
+
 /// `ESTALE`: a registration whose memory went away.
 pub(crate) fn estale() -> Error {
     errno(bindings::ESTALE)

@@ -20,7 +20,7 @@
 use crate::{
     chardev::OpenFile,
     devmem::Kind,
-    error::{eremoteio, refuse},
+    error::{eloop, eremoteio, refuse},
     ffi,
     peer_mem::{self, UserRange},
     stats::{Counters, Key},
@@ -256,7 +256,24 @@ fn dma_probe(arg: usize) -> Result<isize> {
         return Err(EINVAL);
     }
     let range = UserRange::new(req.addr, req.size)?;
-    let legs = ffi::DmaDevice::of_block_fd(req.fd)?;
+    let legs = ffi::DmaDevice::of_block_fd(req.fd).inspect_err(|e| {
+        let past = if *e == eloop() {
+            Some((uapi::P2PDIRECT_STACK_MAX_DEPTH, "levels deep"))
+        } else if *e == E2BIG {
+            Some((uapi::P2PDIRECT_STACK_MAX_LEGS, "legs"))
+        } else {
+            None
+        };
+        if let Some((max, what)) = past {
+            if crate::sys::ratelimit::allow() {
+                pr_info!(
+                    "DMA_PROBE: the block device of fd {} is stacked past p2pdirect's limit: \
+                     more than {max} {what}\n",
+                    req.fd
+                );
+            }
+        }
+    })?;
     // Mapped for the first leg; the others (of a stacked device) must reach
     // the memory too.
     let (dev, others) = legs.split_first().ok_or(ENODEV)?;

@@ -236,7 +236,16 @@ p2pd_info_stacked() {
 	done
 	# The mixed devices are not reachable as a whole; the others are.
 	grep -q "^  md2 .*unreachable: $(basename "$(ns_dev 9)")p1" /tmp/info &&
-		grep -q "^  md1 .*reachable by all providers" /tmp/info
+		grep -q "^  md1 .*reachable by all providers" /tmp/info || return 1
+	# The stacks past the module's limits are said to be refused, and why;
+	# those at the limits are not.
+	grep -q "^  $(dm_blk p2pdeep5) .*refused by p2pdirect: more than 4 levels of stacking (ELOOP)$" /tmp/info &&
+		grep -q "^  $(dm_blk p2pwide33) .*refused by p2pdirect: more than 32 legs (E2BIG)$" /tmp/info &&
+		grep "^  $(dm_blk p2pdeep4) " /tmp/info | grep -qv refused &&
+		grep "^  $(dm_blk p2pwide32) " /tmp/info | grep -qv refused || return 1
+	/tests/p2pd info --json >/tmp/info.json || return 1
+	grep -o "{\"device\":\"$(dm_blk p2pdeep5)\",\"kind\":\"[^\"]*\",\"legs\":\[[^]]*\],\"unreachable_legs\":\[[^]]*\],\"refused\":[^}]*}" \
+		/tmp/info.json | grep -q '"refused":"more than 4 levels of stacking (ELOOP)"}$'
 }
 p2pd_bad() { ! /tests/p2pd verify --dev /dev/nonexistent 2>/tmp/err && grep -q 'not an NVMe namespace' /tmp/err; }
 # The io_uring paths of the benchmark (reads only) at two queue depths: each
@@ -361,9 +370,47 @@ stack_build() {
 		dmsetup create p2plin --noudevsync \
 			--table "0 $(cat "/sys/class/block/${n8##*/}p3/size") linear ${n8}p3 0" &&
 		dmsetup mknodes p2plin || return 1
+	stack_limits_build || return 1
 	cat /proc/mdstat
-	dmsetup table
+	dmsetup table p2plin
 	ls /sys/block/md2/slaves
+}
+# The stacks at DMA_PROBE's limits (4 levels, 32 legs), read-only and never
+# read or written: p2pdeep2..p2pdeep5, each dm-linear over the one before and
+# p2pdeep2 over p2plin (so p2pdeep4 is 4 dm levels above nsid 8 p3, p2pdeep5
+# 5); p2pleg1..p2pleg33, 4 KiB of nsid 8 p3 each, and p2pwide32 and
+# p2pwide33, dm-linear over the first 32 or all 33 of them.
+stack_limits_build() {
+	p3=/sys/class/block/${n8##*/}p3
+	lower=p2plin
+	for i in 2 3 4 5; do
+		dmsetup create "p2pdeep$i" --noudevsync --readonly \
+			--table "0 $(cat "$p3/size") linear /dev/mapper/$lower 0" || return 1
+		lower=p2pdeep$i
+	done
+	for i in $(seq 1 33); do
+		dmsetup create "p2pleg$i" --noudevsync --readonly \
+			--table "0 8 linear ${n8}p3 $((i * 8))" || return 1
+	done
+	for w in 32 33; do
+		for i in $(seq 1 "$w"); do
+			echo "$(((i - 1) * 8)) 8 linear /dev/mapper/p2pleg$i 0"
+		done | dmsetup create "p2pwide$w" --noudevsync --readonly || return 1
+	done
+	dmsetup mknodes || return 1
+	echo "p2pdeep5 ($(dm_blk p2pdeep5)) legs: $(ls "/sys/block/$(dm_blk p2pdeep5)/slaves")"
+	echo "p2pwide33 ($(dm_blk p2pwide33)) legs: $(ls "/sys/block/$(dm_blk p2pwide33)/slaves" | wc -l)"
+}
+# dm_blk NAME: the block device (dm-N) of the dm device NAME.
+dm_blk() {
+	for d in /sys/block/dm-*; do
+		[ "$(cat "$d/dm/name")" = "$1" ] && echo "${d##*/}"
+	done | grep .
+}
+stack_limits_teardown() {
+	for d in p2pwide33 p2pwide32 $(seq -f p2pleg%g 1 33) p2pdeep5 p2pdeep4 p2pdeep3 p2pdeep2; do
+		dmsetup remove --noudevsync "$d" || return 1
+	done
 }
 # No md array lost a leg: every array shows all its members up ([UU]) and
 # none is marked faulty.
@@ -372,7 +419,8 @@ mdstat_clean() {
 	! grep -q '(F)' /proc/mdstat && [ "$(grep -c '\[UU\]' /proc/mdstat)" = 2 ]
 }
 stack_teardown() {
-	dmsetup remove --noudevsync p2plin && mdadm --stop /dev/md0 /dev/md1 /dev/md2
+	stack_limits_teardown && dmsetup remove --noudevsync p2plin &&
+		mdadm --stop /dev/md0 /dev/md1 /dev/md2
 }
 stack_suites() {
 	# P2PDIRECT_ONLY=stack runs these suites alone.
@@ -381,20 +429,22 @@ stack_suites() {
 	n=0
 	fails=0
 	check "multipath heads of nsid 5 and 6, two paths each" mpath_heads
-	check "md raid0, raid1, raid1 with a root-port leg; dm-linear" stack_build
+	check "md raid0, raid1, raid1 with a root-port leg; dm-linear; dm stacks 4 and 5 deep, 32 and 33 wide" stack_build
 	say "1..$n"
 	say "# suite-exit: stack $fails"
 	say "# suite: c-stack"
 	P2P_MPATH_SW=$(ns_dev 5) P2P_MPATH_MIX=$(ns_dev 6) P2P_MD_RAID0=/dev/md0 \
 		P2P_MD_RAID1=/dev/md1 P2P_MD_MIXED=/dev/md2 P2P_DM_LINEAR=/dev/mapper/p2plin \
-		P2P_PART="$(ns_dev 7)p4" /tests/stack_test >"$out" 2>&1
+		P2P_PART="$(ns_dev 7)p4" P2P_DM_DEEP4=/dev/mapper/p2pdeep4 \
+		P2P_DM_DEEP5=/dev/mapper/p2pdeep5 P2P_DM_WIDE32=/dev/mapper/p2pwide32 \
+		P2P_DM_WIDE33=/dev/mapper/p2pwide33 /tests/stack_test >"$out" 2>&1
 	say "# suite-exit: c-stack $?"
 	say "# suite: stack-after"
 	n=0
 	fails=0
 	check "/proc/mdstat: no array lost a leg" mdstat_clean
 	check "p2pd info lists the stacked devices and their legs" p2pd_info_stacked
-	check "md arrays stopped, dm device removed" stack_teardown
+	check "md arrays stopped, dm devices removed" stack_teardown
 	say "1..$n"
 	say "# suite-exit: stack-after $fails"
 }

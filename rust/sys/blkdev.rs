@@ -10,7 +10,7 @@
 //! follows both, recursively, down to the controllers, so that a caller can
 //! check every device that may DMA to a buffer, not only the first.
 
-use super::opaque_ptr;
+use super::{c, opaque_ptr, uapi};
 use kernel::{
     bindings, c_str,
     device::Device,
@@ -25,13 +25,12 @@ use kernel::{
     types::Opaque,
 };
 
-use super::c;
-
 /// At most this many levels of stacking are followed (dm on md on an NVMe
-/// multipath head on its paths is three).
-pub(crate) const MAX_DEPTH: u32 = 4;
-/// At most this many legs (leaf block devices) per block device.
-pub(crate) const MAX_LEGS: usize = 32;
+/// multipath head on its paths is three): the UAPI's value.
+pub(crate) const MAX_DEPTH: u32 = uapi::P2PDIRECT_STACK_MAX_DEPTH;
+/// At most this many legs (leaf block devices) per block device: the UAPI's
+/// value.
+pub(crate) const MAX_LEGS: usize = uapi::P2PDIRECT_STACK_MAX_LEGS as usize;
 
 /// A block device, borrowed from its opener.
 ///

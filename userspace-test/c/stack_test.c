@@ -13,6 +13,10 @@
  *   P2P_MD_MIXED   raid1, legs NSID 7 p3 and NSID 9 p1 (on the root-port controller)
  *   P2P_DM_LINEAR  dm-linear over all of NSID 8 p3
  *   P2P_PART       NSID 7 p4
+ *   P2P_DM_DEEP4, P2P_DM_DEEP5  read-only dm-linear stacks 4 and 5 dm levels
+ *                  deep over NSID 8 p3 (the bottom one is P2P_DM_LINEAR)
+ *   P2P_DM_WIDE32, P2P_DM_WIDE33  read-only dm-linear over 32 and 33 dm-linear
+ *                  legs, each over 4 KiB of NSID 8 p3
  * Partitions (ci/make-disks.sh): p1 at 1 MiB, p2 at 17 MiB, p3 at 33 MiB,
  * p4 at 49 MiB (15 MiB, to the end of the 64 MiB namespace); each namespace
  * holds fill(o, NSID). The records (HOSTCHECK, NVMECHECK, DMACHECK, see
@@ -84,8 +88,8 @@ FIXTURE_TEARDOWN(stk)
 	close(self->dev);
 }
 
-/* The block device the guest named in @var, opened O_DIRECT read-write. */
-static int open_env(const char *var)
+/* The block device the guest named in @var, opened with @flags. */
+static int open_env_flags(const char *var, int flags)
 {
 	const char *path = getenv(var);
 	int fd;
@@ -94,10 +98,22 @@ static int open_env(const char *var)
 		printf("# %s is not set (the guest builds the stacked devices)\n", var);
 		return -1;
 	}
-	fd = open(path, O_RDWR | O_DIRECT);
+	fd = open(path, flags);
 	if (fd < 0)
 		printf("# open %s (%s): %s\n", path, var, strerror(errno));
 	return fd;
+}
+
+/* ... opened O_DIRECT read-write. */
+static int open_env(const char *var)
+{
+	return open_env_flags(var, O_RDWR | O_DIRECT);
+}
+
+/* ... read-only (the stacks at the limits are read-only devices). */
+static int open_env_ro(const char *var)
+{
+	return open_env_flags(var, O_RDONLY);
 }
 
 /* READ or WRITE of @size bytes at @foff of @fd, buffer offset @boff. */
@@ -388,6 +404,50 @@ TEST_F(stk, dma_probe_stacked)
 	ASSERT_LE(0, fd);
 	EXPECT_EQ(-EREMOTEIO, probe(self, fd, &p));
 	close(fd);
+}
+
+/*
+ * DMA_PROBE follows a stack P2PDIRECT_STACK_MAX_DEPTH levels deep and
+ * P2PDIRECT_STACK_MAX_LEGS legs wide, and refuses one a level deeper
+ * (ELOOP) or a leg wider (E2BIG).
+ */
+TEST_F(stk, dma_probe_stack_limits)
+{
+	struct p2pdirect_dma_probe p;
+	int fd, deep, wide;
+
+	ASSERT_EQ(4, P2PDIRECT_STACK_MAX_DEPTH);
+	ASSERT_EQ(32, P2PDIRECT_STACK_MAX_LEGS);
+	fd = open_env_ro("P2P_DM_DEEP4");
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(0, probe(self, fd, &p));
+	EXPECT_LT(0u, p.count);
+	EXPECT_NE(0u, p.dma_pci_addr);
+	close(fd);
+	fd = open_env_ro("P2P_DM_WIDE32");
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(0, probe(self, fd, &p));
+	EXPECT_LT(0u, p.count);
+	close(fd);
+	/*
+	 * Each refusal is logged; the module's messages are limited to 10 per
+	 * 5 s, and the tests before this one print some: a new window first.
+	 */
+	sleep(6);
+	deep = klog_has("limit: more than 4 levels deep");
+	wide = klog_has("limit: more than 32 legs");
+	fd = open_env_ro("P2P_DM_DEEP5");
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-ELOOP, probe(self, fd, &p));
+	EXPECT_EQ(0u, p.count);
+	close(fd);
+	fd = open_env_ro("P2P_DM_WIDE33");
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-E2BIG, probe(self, fd, &p));
+	EXPECT_EQ(0u, p.count);
+	close(fd);
+	EXPECT_LT(deep, klog_has("limit: more than 4 levels deep"));
+	EXPECT_LT(wide, klog_has("limit: more than 32 legs"));
 }
 
 /* The partition's end bounds I/O like the end of a device. */

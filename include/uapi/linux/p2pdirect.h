@@ -44,7 +44,10 @@
  *
  * ABI 1.10 (no new command, same structs): the statistics hold at most
  * P2PDIRECT_STATS_MAX_ENTRIES entries, and STATS with RESET leaves the
- * entries past @capacity counting (see struct p2pdirect_stats).
+ * entries past @capacity counting (see struct p2pdirect_stats). It also
+ * names the limits of stacked block devices 1.7 set
+ * (P2PDIRECT_STACK_MAX_DEPTH, P2PDIRECT_STACK_MAX_LEGS); their values did not
+ * change.
  *
  * ABI 1.9 adds P2PDIRECT_IOC_EXPORT_DMABUF: device memory as a P2P dma-buf
  * for other drivers (RDMA NICs: ibv_reg_dmabuf_mr).
@@ -239,6 +242,17 @@ struct p2pdirect_dma_seg {
 	__u64 len;
 };
 
+/*
+ * Stacked block devices (md, dm, NVMe multipath heads) are followed down to
+ * their legs at most this many levels deep, to at most this many legs (leaf
+ * block devices). DMA_PROBE past them fails with -ELOOP or -E2BIG; READ and
+ * WRITE refuse such a device as one whose DMA devices cannot be found
+ * (-EREMOTEIO; -EOPNOTSUPP if its queue takes no P2PDMA pages at all, as dm's)
+ * unless P2PDIRECT_IO_COMPAT bounces. Values since 1.7, named since 1.10.
+ */
+#define P2PDIRECT_STACK_MAX_DEPTH 4
+#define P2PDIRECT_STACK_MAX_LEGS 32
+
 /**
  * struct p2pdirect_dma_probe - P2PDIRECT_IOC_DMA_PROBE
  * @addr: in, user address of the range (a "device pointer")
@@ -266,7 +280,8 @@ struct p2pdirect_dma_seg {
  * would pin more than max_pinned_mib; -EBADF @fd is not open; -ENOTBLK @fd
  * is not a block device; -ENODEV no PCI device under @fd (a loop device, a
  * RAM disk; a stacked device whose legs are all gone); -ELOOP, -E2BIG a
- * stacked device more than 4 levels deep or over 32 legs (since 1.7);
+ * stacked device more than P2PDIRECT_STACK_MAX_DEPTH levels deep or over
+ * P2PDIRECT_STACK_MAX_LEGS legs (since 1.7);
  * -EINVAL size 0, a wrapping range, unknown flags, pad.
  */
 struct p2pdirect_dma_probe {

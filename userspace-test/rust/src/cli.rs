@@ -234,6 +234,9 @@ pub struct Stacked {
     /// `raid1`, `dm linear`, `nvme multipath`...
     pub kind: String,
     pub legs: Vec<Leg>,
+    /// Why p2pdirect refuses the device (DMA_PROBE's `ELOOP` or `E2BIG`):
+    /// it is stacked past the UAPI's limits.
+    pub over_limit: Option<String>,
 }
 
 /// A leaf under a stacked device: a namespace, a partition, an NVMe path.
@@ -271,7 +274,10 @@ fn legs_of(block: &str) -> Vec<String> {
     out
 }
 
-fn leaves(block: &str, depth: u32, out: &mut Vec<Leg>) {
+/// The leaves under `block`, `depth` levels below the device asked about,
+/// followed as the module follows them: a stacked device at depth
+/// `P2PDIRECT_STACK_MAX_DEPTH` is a leaf here and sets `too_deep`.
+fn leaves(block: &str, depth: u32, out: &mut Vec<Leg>, too_deep: &mut bool) {
     if let Some(pci) = pci_above(block) {
         out.push(Leg {
             name: block.to_string(),
@@ -280,7 +286,8 @@ fn leaves(block: &str, depth: u32, out: &mut Vec<Leg>) {
         return;
     }
     let legs = legs_of(block);
-    if legs.is_empty() || depth >= 4 {
+    if legs.is_empty() || depth >= sys::P2PDIRECT_STACK_MAX_DEPTH {
+        *too_deep |= !legs.is_empty();
         out.push(Leg {
             name: block.to_string(),
             pci: None,
@@ -288,7 +295,24 @@ fn leaves(block: &str, depth: u32, out: &mut Vec<Leg>) {
         return;
     }
     for l in legs {
-        leaves(&l, depth + 1, out);
+        leaves(&l, depth + 1, out, too_deep);
+    }
+}
+
+/// What the module says of a stack with these leaves, if it refuses it.
+fn over_limit(legs: &[Leg], too_deep: bool) -> Option<String> {
+    if too_deep {
+        Some(format!(
+            "more than {} levels of stacking (ELOOP)",
+            sys::P2PDIRECT_STACK_MAX_DEPTH
+        ))
+    } else if legs.len() > sys::P2PDIRECT_STACK_MAX_LEGS as usize {
+        Some(format!(
+            "more than {} legs (E2BIG)",
+            sys::P2PDIRECT_STACK_MAX_LEGS
+        ))
+    } else {
+        None
     }
 }
 
@@ -313,8 +337,15 @@ impl Stacked {
                 "nvme multipath".to_string()
             };
             let mut legs = Vec::new();
-            leaves(&name, 0, &mut legs);
-            out.push(Stacked { name, kind, legs });
+            let mut too_deep = false;
+            leaves(&name, 0, &mut legs, &mut too_deep);
+            let over_limit = over_limit(&legs, too_deep);
+            out.push(Stacked {
+                name,
+                kind,
+                legs,
+                over_limit,
+            });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out

@@ -160,6 +160,10 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
                     .map(|(leg, _)| format!("\"{leg}\""))
                     .collect();
                 o.raw("unreachable_legs", &format!("[{}]", bad.join(",")));
+                match &st.over_limit {
+                    Some(why) => o.str("refused", why),
+                    None => o.raw("refused", "null"),
+                }
                 o.end()
             })
             .collect();
@@ -213,7 +217,9 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
             })
             .collect();
         let bad = unreachable(st);
-        let reach = if bad.is_empty() {
+        let reach = if let Some(why) = &st.over_limit {
+            format!("refused by p2pdirect: {why}")
+        } else if bad.is_empty() {
             "reachable by all providers".to_string()
         } else {
             let what: Vec<String> = bad

@@ -379,13 +379,15 @@ stack_build() {
 # read or written: p2pdeep2..p2pdeep5, each dm-linear over the one before and
 # p2pdeep2 over p2plin (so p2pdeep4 is 4 dm levels above nsid 8 p3, p2pdeep5
 # 5); p2pleg1..p2pleg33, 4 KiB of nsid 8 p3 each, and p2pwide32 and
-# p2pwide33, dm-linear over the first 32 or all 33 of them.
+# p2pwide33, dm-linear over the first 32 or all 33 of them. The tables name
+# the lower dm devices by major:minor: with no udev in the guest, their
+# /dev/mapper nodes exist only after dmsetup mknodes.
 stack_limits_build() {
 	p3=/sys/class/block/${n8##*/}p3
 	lower=p2plin
 	for i in 2 3 4 5; do
 		dmsetup create "p2pdeep$i" --noudevsync --readonly \
-			--table "0 $(cat "$p3/size") linear /dev/mapper/$lower 0" || return 1
+			--table "0 $(cat "$p3/size") linear $(dm_dev "$lower") 0" || return 1
 		lower=p2pdeep$i
 	done
 	for i in $(seq 1 33); do
@@ -394,7 +396,7 @@ stack_limits_build() {
 	done
 	for w in 32 33; do
 		for i in $(seq 1 "$w"); do
-			echo "$(((i - 1) * 8)) 8 linear /dev/mapper/p2pleg$i 0"
+			echo "$(((i - 1) * 8)) 8 linear $(dm_dev "p2pleg$i") 0"
 		done | dmsetup create "p2pwide$w" --noudevsync --readonly || return 1
 	done
 	dmsetup mknodes || return 1
@@ -407,10 +409,17 @@ dm_blk() {
 		[ "$(cat "$d/dm/name")" = "$1" ] && echo "${d##*/}"
 	done | grep .
 }
+# dm_dev NAME: its major:minor.
+dm_dev() { b=$(dm_blk "$1") && cat "/sys/block/$b/dev"; }
+# Removes those that exist, top down; fails if one of them stays.
 stack_limits_teardown() {
-	for d in p2pwide33 p2pwide32 $(seq -f p2pleg%g 1 33) p2pdeep5 p2pdeep4 p2pdeep3 p2pdeep2; do
-		dmsetup remove --noudevsync "$d" || return 1
+	rc=0
+	for d in p2pwide33 p2pwide32 $(for i in $(seq 1 33); do echo "p2pleg$i"; done) \
+		p2pdeep5 p2pdeep4 p2pdeep3 p2pdeep2; do
+		dmsetup info "$d" >/dev/null 2>&1 || continue
+		dmsetup remove --noudevsync "$d" || rc=1
 	done
+	return $rc
 }
 # No md array lost a leg: every array shows all its members up ([UU]) and
 # none is marked faulty.
@@ -419,8 +428,10 @@ mdstat_clean() {
 	! grep -q '(F)' /proc/mdstat && [ "$(grep -c '\[UU\]' /proc/mdstat)" = 2 ]
 }
 stack_teardown() {
-	stack_limits_teardown && dmsetup remove --noudevsync p2plin &&
-		mdadm --stop /dev/md0 /dev/md1 /dev/md2
+	rc=0
+	stack_limits_teardown || rc=1
+	dmsetup remove --noudevsync p2plin && mdadm --stop /dev/md0 /dev/md1 /dev/md2 || rc=1
+	return $rc
 }
 stack_suites() {
 	# P2PDIRECT_ONLY=stack runs these suites alone.

@@ -275,8 +275,9 @@ fn legs_of(block: &str) -> Vec<String> {
 }
 
 /// The leaves under `block`, `depth` levels below the device asked about,
-/// followed as the module follows them: a stacked device at depth
-/// `P2PDIRECT_STACK_MAX_DEPTH` is a leaf here and sets `too_deep`.
+/// followed as the module follows them: a device with no PCI function above
+/// it at depth `P2PDIRECT_STACK_MAX_DEPTH` is a leaf here and sets
+/// `too_deep` (the module refuses it, legs or not).
 fn leaves(block: &str, depth: u32, out: &mut Vec<Leg>, too_deep: &mut bool) {
     if let Some(pci) = pci_above(block) {
         out.push(Leg {
@@ -287,7 +288,7 @@ fn leaves(block: &str, depth: u32, out: &mut Vec<Leg>, too_deep: &mut bool) {
     }
     let legs = legs_of(block);
     if legs.is_empty() || depth >= sys::P2PDIRECT_STACK_MAX_DEPTH {
-        *too_deep |= !legs.is_empty();
+        *too_deep |= depth >= sys::P2PDIRECT_STACK_MAX_DEPTH;
         out.push(Leg {
             name: block.to_string(),
             pci: None,
@@ -299,14 +300,17 @@ fn leaves(block: &str, depth: u32, out: &mut Vec<Leg>, too_deep: &mut bool) {
     }
 }
 
-/// What the module says of a stack with these leaves, if it refuses it.
+/// What the module says of a stack with these leaves, if it refuses it. It
+/// counts the leaves on a PCI function; of two limits passed it names the
+/// one its walk meets first, which may be the other.
 fn over_limit(legs: &[Leg], too_deep: bool) -> Option<String> {
+    let pci_legs = legs.iter().filter(|l| l.pci.is_some()).count();
     if too_deep {
         Some(format!(
             "more than {} levels of stacking (ELOOP)",
             sys::P2PDIRECT_STACK_MAX_DEPTH
         ))
-    } else if legs.len() > sys::P2PDIRECT_STACK_MAX_LEGS as usize {
+    } else if pci_legs > sys::P2PDIRECT_STACK_MAX_LEGS as usize {
         Some(format!(
             "more than {} legs (E2BIG)",
             sys::P2PDIRECT_STACK_MAX_LEGS

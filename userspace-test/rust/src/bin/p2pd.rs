@@ -84,8 +84,12 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
         .map_err(|e| format!("LIST_PROVIDERS: {e}"))?;
     let namespaces = Namespace::all();
     let stacked = Stacked::all();
-    // For each leg of a stacked device, the providers it cannot reach.
+    // For each leg of a stacked device, the providers it cannot reach (none
+    // of a device the module refuses: its legs are not all known).
     let unreachable = |st: &Stacked| -> Vec<(String, Vec<u32>)> {
+        if st.over_limit.is_some() {
+            return Vec::new();
+        }
         st.legs
             .iter()
             .filter_map(|leg| {

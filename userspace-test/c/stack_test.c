@@ -110,12 +110,6 @@ static int open_env(const char *var)
 	return open_env_flags(var, O_RDWR | O_DIRECT);
 }
 
-/* ... read-only (the stacks at the limits are read-only devices). */
-static int open_env_ro(const char *var)
-{
-	return open_env_flags(var, O_RDONLY);
-}
-
 /* READ or WRITE of @size bytes at @foff of @fd, buffer offset @boff. */
 static int io(struct _test_data_stk *self, int write, int fd, __u32 flags, __u64 boff,
 	      __u64 size, __u64 foff, struct p2pdirect_io *out)
@@ -380,55 +374,54 @@ static int probe(struct _test_data_stk *self, int fd, struct p2pdirect_dma_probe
 	return ioctl(self->dev, P2PDIRECT_IOC_DMA_PROBE, p) ? -errno : 0;
 }
 
+/*
+ * DMA_PROBE of the device the guest named in @var, opened with @flags: 0 or
+ * -errno; 1 if it does not open.
+ */
+static int probe_env(struct _test_data_stk *self, const char *var, int flags,
+		     struct p2pdirect_dma_probe *p)
+{
+	int fd = open_env_flags(var, flags), ret;
+
+	if (fd < 0)
+		return 1;
+	ret = probe(self, fd, p);
+	close(fd);
+	return ret;
+}
+
+#define RW (O_RDWR | O_DIRECT)
+
 /* DMA_PROBE checks every leg and maps for the first. */
 TEST_F(stk, dma_probe_stacked)
 {
 	struct p2pdirect_dma_probe p;
-	int fd;
 
-	fd = open_env("P2P_MD_RAID1");
-	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, probe(self, fd, &p));
+	ASSERT_EQ(0, probe_env(self, "P2P_MD_RAID1", RW, &p));
 	EXPECT_LT(0u, p.count);
 	EXPECT_NE(0u, p.dma_pci_addr);
-	close(fd);
-	fd = open_env("P2P_MPATH_SW");
-	ASSERT_LE(0, fd);
-	EXPECT_EQ(0, probe(self, fd, &p));
-	close(fd);
-	fd = open_env("P2P_MD_MIXED");
-	ASSERT_LE(0, fd);
-	EXPECT_EQ(-EREMOTEIO, probe(self, fd, &p));
-	close(fd);
-	fd = open_env("P2P_MPATH_MIX");
-	ASSERT_LE(0, fd);
-	EXPECT_EQ(-EREMOTEIO, probe(self, fd, &p));
-	close(fd);
+	EXPECT_EQ(0, probe_env(self, "P2P_MPATH_SW", RW, &p));
+	EXPECT_EQ(-EREMOTEIO, probe_env(self, "P2P_MD_MIXED", RW, &p));
+	EXPECT_EQ(-EREMOTEIO, probe_env(self, "P2P_MPATH_MIX", RW, &p));
 }
 
 /*
  * DMA_PROBE follows a stack P2PDIRECT_STACK_MAX_DEPTH levels deep and
  * P2PDIRECT_STACK_MAX_LEGS legs wide, and refuses one a level deeper
- * (ELOOP) or a leg wider (E2BIG).
+ * (ELOOP) or a leg wider (E2BIG). The stacks are read-only devices.
  */
 TEST_F(stk, dma_probe_stack_limits)
 {
 	struct p2pdirect_dma_probe p;
-	int fd, deep, wide;
+	int deep, wide;
 
 	ASSERT_EQ(4, P2PDIRECT_STACK_MAX_DEPTH);
 	ASSERT_EQ(32, P2PDIRECT_STACK_MAX_LEGS);
-	fd = open_env_ro("P2P_DM_DEEP4");
-	ASSERT_LE(0, fd);
-	EXPECT_EQ(0, probe(self, fd, &p));
+	ASSERT_EQ(0, probe_env(self, "P2P_DM_DEEP4", O_RDONLY, &p));
 	EXPECT_LT(0u, p.count);
 	EXPECT_NE(0u, p.dma_pci_addr);
-	close(fd);
-	fd = open_env_ro("P2P_DM_WIDE32");
-	ASSERT_LE(0, fd);
-	EXPECT_EQ(0, probe(self, fd, &p));
+	ASSERT_EQ(0, probe_env(self, "P2P_DM_WIDE32", O_RDONLY, &p));
 	EXPECT_LT(0u, p.count);
-	close(fd);
 	/*
 	 * Each refusal is logged; the module's messages are limited to 10 per
 	 * 5 s, and the tests before this one print some: a new window first.
@@ -436,16 +429,10 @@ TEST_F(stk, dma_probe_stack_limits)
 	sleep(6);
 	deep = klog_has("limit: more than 4 levels deep");
 	wide = klog_has("limit: more than 32 legs");
-	fd = open_env_ro("P2P_DM_DEEP5");
-	ASSERT_LE(0, fd);
-	EXPECT_EQ(-ELOOP, probe(self, fd, &p));
+	EXPECT_EQ(-ELOOP, probe_env(self, "P2P_DM_DEEP5", O_RDONLY, &p));
 	EXPECT_EQ(0u, p.count);
-	close(fd);
-	fd = open_env_ro("P2P_DM_WIDE33");
-	ASSERT_LE(0, fd);
-	EXPECT_EQ(-E2BIG, probe(self, fd, &p));
+	EXPECT_EQ(-E2BIG, probe_env(self, "P2P_DM_WIDE33", O_RDONLY, &p));
 	EXPECT_EQ(0u, p.count);
-	close(fd);
 	EXPECT_LT(deep, klog_has("limit: more than 4 levels deep"));
 	EXPECT_LT(wide, klog_has("limit: more than 32 legs"));
 }

@@ -403,14 +403,10 @@ stack_limits_build() {
 	echo "p2pdeep5 ($(dm_blk p2pdeep5)) legs: $(ls "/sys/block/$(dm_blk p2pdeep5)/slaves")"
 	echo "p2pwide33 ($(dm_blk p2pwide33)) legs: $(ls "/sys/block/$(dm_blk p2pwide33)/slaves" | wc -l)"
 }
-# dm_blk NAME: the block device (dm-N) of the dm device NAME.
-dm_blk() {
-	for d in /sys/block/dm-*; do
-		[ "$(cat "$d/dm/name")" = "$1" ] && echo "${d##*/}"
-	done | grep .
-}
-# dm_dev NAME: its major:minor.
-dm_dev() { b=$(dm_blk "$1") && cat "/sys/block/$b/dev"; }
+# dm_blk NAME: the block device (dm-N) of the dm device NAME; dm_dev NAME:
+# its major:minor. One dmsetup each (a process is costly under TCG).
+dm_blk() { dmsetup info -c --noheadings -o blkdevname "$1" | grep .; }
+dm_dev() { dmsetup info -c --noheadings -o devno "$1" | grep .; }
 # Removes those that exist, top down; fails if one of them stays.
 stack_limits_teardown() {
 	rc=0

@@ -45,9 +45,8 @@
  * ABI 1.10 (no new command, same structs): the statistics hold at most
  * P2PDIRECT_STATS_MAX_ENTRIES entries, and STATS with RESET leaves the
  * entries past @capacity counting (see struct p2pdirect_stats). It also
- * names the limits of stacked block devices 1.7 set
- * (P2PDIRECT_STACK_MAX_DEPTH, P2PDIRECT_STACK_MAX_LEGS); their values did not
- * change.
+ * names the stacking limits 1.7 introduced (P2PDIRECT_STACK_MAX_DEPTH,
+ * P2PDIRECT_STACK_MAX_LEGS), whose values are unchanged.
  *
  * ABI 1.9 adds P2PDIRECT_IOC_EXPORT_DMABUF: device memory as a P2P dma-buf
  * for other drivers (RDMA NICs: ibv_reg_dmabuf_mr).

@@ -300,9 +300,10 @@ fn leaves(block: &str, depth: u32, out: &mut Vec<Leg>, too_deep: &mut bool) {
     }
 }
 
-/// What the module says of a stack with these leaves, if it refuses it. It
-/// counts the leaves on a PCI function; of two limits passed it names the
-/// one its walk meets first, which may be the other.
+/// What the module says of a stack with these leaves, if it refuses it,
+/// counting the leaves on a PCI function as it does. A stack past both
+/// limits is named too deep here; the module returns whichever error its
+/// walk meets first.
 fn over_limit(legs: &[Leg], too_deep: bool) -> Option<String> {
     let pci_legs = legs.iter().filter(|l| l.pci.is_some()).count();
     if too_deep {

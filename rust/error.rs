@@ -45,6 +45,7 @@
 //! revoke; only that buffer's release and its importers' map and unmap wait
 //! behind it.
 
+use crate::sys::uapi;
 use kernel::{bindings, prelude::*};
 
 fn errno(e: u32) -> Error {
@@ -60,6 +61,20 @@ pub(crate) fn eremoteio() -> Error {
 /// `ELOOP`: a block device stacked deeper than p2pdirect follows.
 pub(crate) fn eloop() -> Error {
     errno(bindings::ELOOP)
+}
+
+/// The limit on stacked block devices that an error of their walk
+/// (`BlockDevice::dma_legs`) says a device passed, and what the limit
+/// counts: `ELOOP` levels, `E2BIG` legs (`P2PDIRECT_STACK_MAX_DEPTH`,
+/// `P2PDIRECT_STACK_MAX_LEGS`).
+pub(crate) fn stack_limit(e: Error) -> Option<(u32, &'static str)> {
+    if e == eloop() {
+        Some((uapi::P2PDIRECT_STACK_MAX_DEPTH, "levels deep"))
+    } else if e == E2BIG {
+        Some((uapi::P2PDIRECT_STACK_MAX_LEGS, "legs"))
+    } else {
+        None
+    }
 }
 
 /// `ESTALE`: a registration whose memory went away.

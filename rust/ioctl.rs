@@ -20,7 +20,7 @@
 use crate::{
     chardev::OpenFile,
     devmem::Kind,
-    error::{eloop, eremoteio, refuse},
+    error::{eremoteio, refuse, stack_limit},
     ffi,
     peer_mem::{self, UserRange},
     stats::{Counters, Key},
@@ -257,14 +257,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
     }
     let range = UserRange::new(req.addr, req.size)?;
     let legs = ffi::DmaDevice::of_block_fd(req.fd).inspect_err(|e| {
-        let past = if *e == eloop() {
-            Some((uapi::P2PDIRECT_STACK_MAX_DEPTH, "levels deep"))
-        } else if *e == E2BIG {
-            Some((uapi::P2PDIRECT_STACK_MAX_LEGS, "legs"))
-        } else {
-            None
-        };
-        if let Some((max, what)) = past {
+        if let Some((max, what)) = stack_limit(*e) {
             if crate::sys::ratelimit::allow() {
                 pr_info!(
                     "DMA_PROBE: the block device of fd {} is stacked past p2pdirect's limit: \

@@ -33,7 +33,7 @@
 //! runs as above, in io_uring's worker.
 
 use crate::{
-    error::{ecanceled, eopnotsupp, eremoteio, refuse},
+    error::{ecanceled, eopnotsupp, eremoteio, refuse, stack_limit},
     ffi::{self, DmaLeg, IoFile, Limits, Pages, PciFunction},
     peer_mem::{self, UserRange},
     registration::RegEntry,
@@ -652,13 +652,15 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     };
     if let Err(tried) = reach {
         if req.flags & uapi::P2PDIRECT_IO_COMPAT == 0 {
-            let legs = match legs {
-                Legs::Walked(l) => l,
-                Legs::Hinted(_) | Legs::One(_) => KVec::new(),
+            let (legs, missing) = match legs {
+                Legs::Walked(l) => (l, None),
+                Legs::Missing(e) => (KVec::new(), Some(e)),
+                Legs::Hinted(_) | Legs::One(_) => (KVec::new(), None),
             };
             let (i, dma, provider) = tried.unwrap_or_default();
             let why = Unreachable {
                 tried: tried.is_some(),
+                missing,
                 leg: legs.get(i),
                 dma,
                 provider,
@@ -769,9 +771,10 @@ fn resolve_memory(me: &dyn IoOwner, req: &Request, lim: &Limits) -> Result<Memor
 
 /// Why the data cannot go device to device: the DMA device `dma` that
 /// cannot reach `provider`, if one was found and tried, and the leg of a
-/// stacked device it belongs to.
+/// stacked device it belongs to; else why no DMA device was found.
 struct Unreachable<'a> {
     tried: bool,
+    missing: Option<Error>,
     leg: Option<&'a ffi::DmaLeg>,
     dma: u32,
     provider: u32,
@@ -784,8 +787,11 @@ enum Legs<'a> {
     /// It sits on this PCI function itself.
     One(ARef<pci::Device>),
     /// The legs of a stacked device, down to their PCI functions (empty:
-    /// none found).
+    /// none looked for).
     Walked(KVec<DmaLeg>),
+    /// None found, and why: no PCI device under it (`ENODEV`), or a stack
+    /// past p2pdirect's limits (`ELOOP`, `E2BIG`).
+    Missing(Error),
 }
 
 impl Legs<'_> {
@@ -794,6 +800,7 @@ impl Legs<'_> {
             Legs::Hinted(p) => (Some(p.pci()), &[][..]),
             Legs::One(p) => (Some(&**p), &[][..]),
             Legs::Walked(l) => (None, &l[..]),
+            Legs::Missing(_) => (None, &[][..]),
         };
         Iterator::chain(one.into_iter(), walked.iter().map(|l| &*l.pci))
     }
@@ -802,6 +809,7 @@ impl Legs<'_> {
         match self {
             Legs::Hinted(_) | Legs::One(_) => 1,
             Legs::Walked(l) => l.len(),
+            Legs::Missing(_) => 0,
         }
     }
 
@@ -892,7 +900,7 @@ fn dma_legs<'a>(me: &'a dyn IoOwner, file: &IoFile) -> Result<Legs<'a>> {
         }
         Ok(DmaDevices::Legs(legs)) => Ok(Legs::Walked(legs)),
         Err(e) if e == ENOMEM => Err(e),
-        Err(_) => Ok(Legs::Walked(KVec::new())),
+        Err(e) => Ok(Legs::Missing(e)),
     }
 }
 
@@ -913,15 +921,21 @@ fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: 
     }
     if crate::sys::ratelimit::allow() {
         match why.leg {
-            _ if !why.tried => pr_info!(
-                "{}: fd {} is a block device whose DMA devices p2pdirect cannot find (no PCI \
-                 device under it, or stacked deeper than {} levels or over {} legs); set \
-                 P2PDIRECT_IO_COMPAT to bounce through host memory\n",
-                op_name(req.write),
-                req.fd,
-                crate::sys::blkdev::MAX_DEPTH,
-                crate::sys::blkdev::MAX_LEGS
-            ),
+            _ if !why.tried => match why.missing.and_then(stack_limit) {
+                Some((max, what)) => pr_info!(
+                    "{}: the block device of fd {} is stacked past p2pdirect's limit: more \
+                     than {max} {what}; set P2PDIRECT_IO_COMPAT to bounce through host \
+                     memory\n",
+                    op_name(req.write),
+                    req.fd
+                ),
+                None => pr_info!(
+                    "{}: fd {} is a block device with no PCI device under it that p2pdirect \
+                     can find; set P2PDIRECT_IO_COMPAT to bounce through host memory\n",
+                    op_name(req.write),
+                    req.fd
+                ),
+            },
             Some(leg) if legs > 1 => pr_info!(
                 "{}: {} at {} (one of {} paths or legs under fd {}) cannot reach the device \
                  memory of {} (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through \

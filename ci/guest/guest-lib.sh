@@ -242,7 +242,9 @@ p2pd_info_stacked() {
 	grep -q "^  $(dm_blk p2pdeep5) .*refused by p2pdirect: more than 4 levels of stacking (ELOOP)$" /tmp/info &&
 		grep -q "^  $(dm_blk p2pwide33) .*refused by p2pdirect: more than 32 legs (E2BIG)$" /tmp/info &&
 		grep "^  $(dm_blk p2pdeep4) " /tmp/info | grep -qv refused &&
-		grep "^  $(dm_blk p2pwide32) " /tmp/info | grep -qv refused || return 1
+		grep "^  $(dm_blk p2pwide32) " /tmp/info | grep -qv refused &&
+		grep -q "^  md6 .*refused by p2pdirect: more than 4 levels of stacking (ELOOP)$" /tmp/info &&
+		grep "^  md5 " /tmp/info | grep -qv refused || return 1
 	/tests/p2pd info --json >/tmp/info.json || return 1
 	grep -o "{\"device\":\"$(dm_blk p2pdeep5)\",\"kind\":\"[^\"]*\",\"legs\":\[[^]]*\],\"unreachable_legs\":\[[^]]*\],\"refused\":[^}]*}" \
 		/tmp/info.json | grep -q '"refused":"more than 4 levels of stacking (ELOOP)"}$'
@@ -371,6 +373,7 @@ stack_build() {
 			--table "0 $(cat "/sys/class/block/${n8##*/}p3/size") linear ${n8}p3 0" &&
 		dmsetup mknodes p2plin || return 1
 	stack_limits_build || return 1
+	md_deep_build || return 1
 	cat /proc/mdstat
 	dmsetup table p2plin
 	ls /sys/block/md2/slaves
@@ -403,6 +406,18 @@ stack_limits_build() {
 	echo "p2pdeep5 ($(dm_blk p2pdeep5)) legs: $(ls "/sys/block/$(dm_blk p2pdeep5)/slaves")"
 	echo "p2pwide33 ($(dm_blk p2pwide33)) legs: $(ls "/sys/block/$(dm_blk p2pwide33)/slaves" | wc -l)"
 }
+# md raid1 arrays of one leg each, stacked on md1: md3 over md1, md4 over
+# md3 and so on, so that md5 is 4 md levels above nsid 7 p2 and nsid 8 p2
+# and md6 5 levels; stack_test reads and writes through them.
+md_deep_build() {
+	lower=/dev/md1
+	for i in 3 4 5 6; do
+		mdadm --build "/dev/md$i" --level=1 --raid-devices=1 --force --assume-clean "$lower" ||
+			return 1
+		lower=/dev/md$i
+	done
+	echo "md6 legs: $(ls /sys/block/md6/slaves), md3 legs: $(ls /sys/block/md3/slaves)"
+}
 # dm_blk NAME: the block device (dm-N) of the dm device NAME; dm_dev NAME:
 # its major:minor. One dmsetup each (a process is costly under TCG).
 dm_blk() { dmsetup info -c --noheadings -o blkdevname "$1" | grep .; }
@@ -417,15 +432,19 @@ stack_limits_teardown() {
 	done
 	return $rc
 }
-# No md array lost a leg: every array shows all its members up ([UU]) and
-# none is marked faulty.
+# No md array lost a leg: every array shows all its members up (md1 and
+# md2 [UU], md3 to md6 [U]) and none is marked faulty.
 mdstat_clean() {
 	cat /proc/mdstat
-	! grep -q '(F)' /proc/mdstat && [ "$(grep -c '\[UU\]' /proc/mdstat)" = 2 ]
+	! grep -q '(F)' /proc/mdstat && [ "$(grep -c '\[UU\]' /proc/mdstat)" = 2 ] &&
+		[ "$(grep -c '\[U\]' /proc/mdstat)" = 4 ]
 }
 stack_teardown() {
 	rc=0
 	stack_limits_teardown || rc=1
+	for i in 6 5 4 3; do
+		! grep -q "^md$i " /proc/mdstat || mdadm --stop "/dev/md$i" || rc=1
+	done
 	dmsetup remove --noudevsync p2plin && mdadm --stop /dev/md0 /dev/md1 /dev/md2 || rc=1
 	return $rc
 }
@@ -436,7 +455,7 @@ stack_suites() {
 	n=0
 	fails=0
 	check "multipath heads of nsid 5 and 6, two paths each" mpath_heads
-	check "md raid0, raid1, raid1 with a root-port leg; dm-linear; dm stacks 4 and 5 deep, 32 and 33 wide" stack_build
+	check "md raid0, raid1, raid1 with a root-port leg; dm-linear; dm stacks 4 and 5 deep, 32 and 33 wide; md stacks 4 and 5 deep" stack_build
 	say "1..$n"
 	say "# suite-exit: stack $fails"
 	say "# suite: c-stack"
@@ -444,7 +463,8 @@ stack_suites() {
 		P2P_MD_RAID1=/dev/md1 P2P_MD_MIXED=/dev/md2 P2P_DM_LINEAR=/dev/mapper/p2plin \
 		P2P_PART="$(ns_dev 7)p4" P2P_DM_DEEP4=/dev/mapper/p2pdeep4 \
 		P2P_DM_DEEP5=/dev/mapper/p2pdeep5 P2P_DM_WIDE32=/dev/mapper/p2pwide32 \
-		P2P_DM_WIDE33=/dev/mapper/p2pwide33 /tests/stack_test >"$out" 2>&1
+		P2P_DM_WIDE33=/dev/mapper/p2pwide33 P2P_MD_DEEP4=/dev/md5 P2P_MD_DEEP5=/dev/md6 \
+		/tests/stack_test >"$out" 2>&1
 	say "# suite-exit: c-stack $?"
 	say "# suite: stack-after"
 	n=0

@@ -437,6 +437,53 @@ TEST_F(stk, dma_probe_stack_limits)
 	EXPECT_LT(wide, klog_has("limit: more than 32 legs"));
 }
 
+/*
+ * md arrays stacked on md1 (raid1 of one leg each): 4 md levels above the
+ * namespaces (md5) carry P2P I/O to both legs of md1; at 5 (md6) READ and
+ * WRITE are refused before any bio with EREMOTEIO and a log message that
+ * names the limit, DMA_PROBE with ELOOP; COMPAT bounces.
+ */
+TEST_F(stk, md_stack_limit)
+{
+	const __u64 at = 8 * MiB, len = 256 * KiB, at2 = 9 * MiB;
+	const char *limit = "limit: more than 4 levels deep; set";
+	struct p2pdirect_dma_probe p;
+	struct p2pdirect_io r;
+	int fd4 = open_env("P2P_MD_DEEP4"), fd5 = open_env("P2P_MD_DEEP5");
+	int before;
+	__u64 bounced;
+
+	ASSERT_LE(0, fd4);
+	ASSERT_LE(0, fd5);
+	write_read_back(_metadata, self, fd4, 0x74, at, len);
+	for (int nsid = 7; nsid <= 8; nsid++) {
+		rec_nvme(nsid, PART_START(2) + at, len, 0x74, at);
+		rec_dma(nsid, PART_START(2) + at, len, self->bdf, "write");
+	}
+	EXPECT_EQ(0, probe(self, fd4, &p));
+	EXPECT_EQ(-ELOOP, probe(self, fd5, &p));
+
+	/* A new window of the log's rate limit (see dma_probe_stack_limits). */
+	sleep(6);
+	before = klog_has(limit);
+	buf_fill(self, 0, len, 0x75, at2);
+	EXPECT_EQ(-EREMOTEIO, io(self, 1, fd5, 0, 0, len, at2, &r));
+	EXPECT_EQ(-EREMOTEIO, io(self, 0, fd5, 0, MiB, len, at2, &r));
+	EXPECT_LE(before + 2, klog_has(limit));
+	bounced = stat_bounced(self->dev, fd5);
+	ASSERT_EQ(0, io(self, 1, fd5, P2PDIRECT_IO_COMPAT, 0, len, at2, &r));
+	EXPECT_EQ(len, r.bytes);
+	EXPECT_EQ(len, r.bounce_bytes);
+	EXPECT_EQ(0ull, r.p2p_bytes);
+	EXPECT_EQ(bounced + len, stat_bounced(self->dev, fd5));
+	for (int nsid = 7; nsid <= 8; nsid++) {
+		rec_nvme(nsid, PART_START(2) + at2, len, 0x75, at2);
+		rec_dma(nsid, PART_START(2) + at2, len, NULL, "write");
+	}
+	close(fd5);
+	close(fd4);
+}
+
 /* The partition's end bounds I/O like the end of a device. */
 TEST_F(stk, partition_end)
 {

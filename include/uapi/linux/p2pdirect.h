@@ -246,8 +246,9 @@ struct p2pdirect_dma_seg {
  * their legs at most this many levels deep, to at most this many legs (leaf
  * block devices). DMA_PROBE past them fails with -ELOOP or -E2BIG; READ and
  * WRITE refuse such a device as one whose DMA devices cannot be found
- * (-EREMOTEIO; -EOPNOTSUPP if its queue takes no P2PDMA pages at all, as dm's)
- * unless P2PDIRECT_IO_COMPAT bounces. Values since 1.7, named since 1.10.
+ * (-EREMOTEIO, the kernel log naming the limit; -EOPNOTSUPP if its queue takes
+ * no P2PDMA pages at all, as dm's) unless P2PDIRECT_IO_COMPAT bounces. Values
+ * since 1.7, named since 1.10.
  */
 #define P2PDIRECT_STACK_MAX_DEPTH 4
 #define P2PDIRECT_STACK_MAX_LEGS 32

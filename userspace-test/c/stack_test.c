@@ -17,6 +17,8 @@
  *                  deep over NSID 8 p3 (the bottom one is P2P_DM_LINEAR)
  *   P2P_DM_WIDE32, P2P_DM_WIDE33  read-only dm-linear over 32 and 33 dm-linear
  *                  legs, each over 4 KiB of NSID 8 p3
+ *   P2P_MD_DEEP4, P2P_MD_DEEP5  md5 and md6: raid1 arrays of one leg each
+ *                  stacked on P2P_MD_RAID1, 4 and 5 md levels deep
  * Partitions (ci/make-disks.sh): p1 at 1 MiB, p2 at 17 MiB, p3 at 33 MiB,
  * p4 at 49 MiB (15 MiB, to the end of the 64 MiB namespace); each namespace
  * holds fill(o, NSID). The records (HOSTCHECK, NVMECHECK, DMACHECK, see

@@ -592,6 +592,86 @@ TEST_F(ur, errors_in_cqes)
 	free(ram);
 }
 
+/* The ioctl READ or WRITE (@write) of the same request: bytes, or -errno. */
+static int ioctl_res(int dev, int write, int fd, __u32 flags, __u64 addr, __u64 size,
+		     __u64 foff, __u64 boff)
+{
+	struct p2pdirect_io r = {
+		.fd = fd, .flags = flags, .addr = addr, .size = size,
+		.file_offset = foff, .buf_offset = boff,
+	};
+
+	if (ioctl(dev, write ? P2PDIRECT_IOC_WRITE : P2PDIRECT_IOC_READ, &r))
+		return -errno;
+	return (int)r.bytes;
+}
+
+/* @exp from the ioctl and in the CQE of the same request through io_uring. */
+#define BOTH(exp, write, fd, flags, addr, size, foff, boff)				\
+	do {										\
+		EXPECT_EQ(exp, ioctl_res(self->dev, write, fd, flags, addr, size, foff,	\
+					 boff));					\
+		EXPECT_EQ(exp, one(&self->ring, self->dev, write, fd, flags, addr, size,	\
+				   foff, boff).res);					\
+	} while (0)
+
+/*
+ * The rows of the README's READ/WRITE error table that errors_in_cqes does
+ * not take through io_uring: the CQE carries the ioctl's errno for each.
+ */
+TEST_F(ur, errors_match_the_ioctls)
+{
+	struct gpu *g = &self->gpu[0];
+	__u64 a = (uintptr_t)g->map, end = 256 * MiB;	/* NSID 1's size */
+	struct p2pdirect_register reg = { .addr = a, .size = MiB };
+	struct p2pdirect_reg_id id = { 0 };
+	char ns[64];
+	int pipefd[2], dir, null, buffered, tmp, ro;
+
+	ASSERT_EQ(0, pipe(pipefd));
+	dir = open("/mnt/ext4", O_RDONLY | O_DIRECTORY);
+	null = open("/dev/null", O_RDWR);
+	buffered = open("/mnt/ext4/data.bin", O_RDWR);
+	tmp = open("/tmp/uring-errors", O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+	ASSERT_TRUE(find_nvme_nsid(1, ns, sizeof(ns), NULL));
+	ro = open(ns, O_RDONLY | O_DIRECT);
+	ASSERT_LE(0, dir);
+	ASSERT_LE(0, null);
+	ASSERT_LE(0, buffered);
+	ASSERT_LE(0, tmp) TH_LOG("tmpfs O_DIRECT: %s", strerror(errno));
+	ASSERT_LE(0, ro);
+	ASSERT_EQ(0, ftruncate(tmp, MiB));
+
+	BOTH(-ESPIPE, 0, pipefd[0], 0, a, 4096, 0, 0);
+	BOTH(-EISDIR, 0, dir, 0, a, 4096, 0, 0);
+	BOTH(-EINVAL, 0, null, 0, a, 4096, 0, 0);
+	BOTH(-EINVAL, 0, buffered, 0, a, 4096, 0, 0);
+	BOTH(-EOPNOTSUPP, 0, tmp, 0, a, 4096, 0, 0);
+	BOTH(-EBADF, 1, ro, 0, a, 4096, OWN, 0);
+	BOTH(-EINVAL, 0, self->ns1, 0, a, 4096, 1ull << 63, 0);
+	BOTH(-EINVAL, 0, self->ns1, 0, a, 4096, OWN, ~0ull - a + 1);
+	BOTH(-EFAULT, 0, self->ns1, 0, a + BUF - 4096, 8192, OWN, 0);
+	BOTH(-ENOSPC, 1, self->ns1, 0, a, 4096, end, 0);
+	BOTH(0, 0, self->ns1, 0, a, 4096, end, 0);
+
+	/* A registration without REG_WRITE, and a range past its end. */
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &reg));
+	BOTH(-EPERM, 0, self->ns1, P2PDIRECT_IO_REGISTERED, reg.id, 4096, OWN, 0);
+	BOTH(-ERANGE, 1, self->ns1, P2PDIRECT_IO_REGISTERED, reg.id, 8192, OWN, MiB - 4096);
+	id.id = reg.id;
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_DEREGISTER, &id));
+	BOTH(-ENOENT, 1, self->ns1, P2PDIRECT_IO_REGISTERED, reg.id, 4096, OWN, 0);
+
+	close(ro);
+	close(tmp);
+	unlink("/tmp/uring-errors");
+	close(buffered);
+	close(null);
+	close(dir);
+	close(pipefd[0]);
+	close(pipefd[1]);
+}
+
 /*
  * P2PDIRECT_URING_MAX_INFLIGHT: a command's place among the file's commands
  * in flight is given back by the task work that posts its CQE, which runs

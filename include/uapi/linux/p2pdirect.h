@@ -560,7 +560,9 @@ struct p2pdirect_stats {
  * An io_uring SQE with opcode IORING_OP_URING_CMD, fd the /dev/p2pdirect
  * file, cmd_op P2PDIRECT_URING_CMD_READ or P2PDIRECT_URING_CMD_WRITE, and
  * this struct inline in the SQE's command area, which needs 128-byte SQEs
- * (a ring set up with IORING_SETUP_SQE128; else -EINVAL). The kernel reads
+ * (a ring set up with IORING_SETUP_SQE128, or the opcode
+ * IORING_OP_URING_CMD128 on one set up with IORING_SETUP_SQE_MIXED, which
+ * the kernel hands over the same way; else -EINVAL). The kernel reads
  * the struct once, at submission. The 40 bytes of the command area after
  * it are reserved and must be zero, and sqe->uring_cmd_flags must be 0
  * (no IORING_URING_CMD_FIXED: memory is named by @addr, as for the ioctls).
@@ -571,13 +573,15 @@ struct p2pdirect_stats {
  *  -EINVAL  the ring does not use 128-byte SQEs, reserved bytes not zero,
  *           uring_cmd_flags set;
  *  -EBUSY   the /dev/p2pdirect file already has
- *           P2PDIRECT_URING_MAX_INFLIGHT commands in flight. A command
+ *           P2PDIRECT_URING_MAX_INFLIGHT commands in flight. A transfer
  *           holds its place from its issue until its CQE is posted (from
- *           task work in the submitting task), so MAX + 1 commands
- *           submitted in one io_uring_enter, none of which goes to
- *           io_uring's worker, give one -EBUSY; a command that goes to the
- *           worker gives its place back and takes one again when the
- *           worker issues it.
+ *           task work in the submitting task), so MAX + 1 READs submitted
+ *           in one io_uring_enter, none of which goes to io_uring's worker,
+ *           give one -EBUSY; a command that goes to the worker gives its
+ *           place back and takes one again when the worker issues it, and
+ *           one that ends at its issue (refused by the checks, nothing to
+ *           move, or a COMPAT bounce, which runs in the worker) gives it
+ *           back when its issue returns, its CQE queued.
  *
  * Completion: cqe->res is the number of bytes moved (short at the end of a
  * block device or file, and after a failed part, as the ioctls) or -errno.
@@ -605,8 +609,12 @@ struct p2pdirect_stats {
  * FREE, DEREGISTER, close and process exit revoke the mapping at once, and
  * the memory is reused only after the I/O released it. A started command
  * cannot be cancelled; ring teardown waits for it (it ends when its bios
- * do). STATS counts a command, and its pinned_bytes drop, when its CQE is
- * posted.
+ * do), except a file READ the file system cut short after part of it went
+ * (rare), whose rest is issued from task work: if the ring is closing or
+ * its task exiting by then, it ends with -ECANCELED. STATS counts a
+ * command, and its pinned_bytes drop, when it ends: when its CQE is posted,
+ * or, for a ring closed or a process exiting under it, when its completion
+ * runs (a file READ's hole bytes then count as P2P: see the README).
  */
 struct p2pdirect_uring_io {
 	__s32 fd;

@@ -630,15 +630,15 @@ TEST_F(ur, errors_match_the_ioctls)
 
 	ASSERT_EQ(0, pipe(pipefd));
 	dir = open("/mnt/ext4", O_RDONLY | O_DIRECTORY);
+	ASSERT_LE(0, dir);
 	null = open("/dev/null", O_RDWR);
+	ASSERT_LE(0, null);
 	buffered = open("/mnt/ext4/data.bin", O_RDWR);
+	ASSERT_LE(0, buffered);
 	tmp = open("/tmp/uring-errors", O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+	ASSERT_LE(0, tmp) TH_LOG("tmpfs O_DIRECT: %s", strerror(errno));
 	ASSERT_TRUE(find_nvme_nsid(1, ns, sizeof(ns), NULL));
 	ro = open(ns, O_RDONLY | O_DIRECT);
-	ASSERT_LE(0, dir);
-	ASSERT_LE(0, null);
-	ASSERT_LE(0, buffered);
-	ASSERT_LE(0, tmp) TH_LOG("tmpfs O_DIRECT: %s", strerror(errno));
 	ASSERT_LE(0, ro);
 	ASSERT_EQ(0, ftruncate(tmp, MiB));
 

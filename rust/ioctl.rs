@@ -418,7 +418,8 @@ fn uring_cmd(me: &OpenFile, file: &File, cmd: &mut UringCmd) -> Result<i32> {
     let Some(area) = cmd.payload() else {
         refuse!(
             EINVAL,
-            "io_uring READ/WRITE needs a ring with 128-byte SQEs (IORING_SETUP_SQE128)\n"
+            "io_uring READ/WRITE needs a 128-byte SQE (IORING_SETUP_SQE128, or \
+             IORING_OP_URING_CMD128 on an IORING_SETUP_SQE_MIXED ring)\n"
         );
     };
     let n = core::mem::size_of::<uapi::p2pdirect_uring_io>();

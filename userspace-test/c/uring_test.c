@@ -7,9 +7,11 @@
  *
  * NSID 1 [142, 158) MiB belongs to this suite, 4 MiB to each test that moves
  * data (the last 4 MiB to the two teardown tests, which read the same bytes
- * into the same GPU), and [159, 160) MiB to its page-cache test (storage_test
- * has [158, 159)): no other suite touches them (harden_test reads at 140 and
- * 141 MiB, fault_test starts at 160), so the DMACHECK records (every
+ * into the same GPU; of [150, 154) MiB, free_races_commands_in_flight uses
+ * 2 MiB and the mixed-ring, ring-setup and cancel tests the rest), and
+ * [159, 160) MiB to its page-cache test (storage_test has [158, 159)): no
+ * other suite touches them (harden_test reads at 140 and 141 MiB,
+ * fault_test starts at 160), so the DMACHECK records (every
  * traced NVMe command on a range had its data pointers in the GPU's BAR)
  * prove where the bytes went; HOSTCHECK and NVMECHECK records prove what
  * they were (ci/hostcheck.py).
@@ -670,6 +672,222 @@ TEST_F(ur, errors_match_the_ioctls)
 	close(dir);
 	close(pipefd[0]);
 	close(pipefd[1]);
+}
+
+/*
+ * Mixed rings (kernel 6.18 and later; liburing 2.3's header predates them,
+ * so the ABI's values are spelled out): on an IORING_SETUP_SQE_MIXED ring,
+ * IORING_OP_URING_CMD128 takes two 64-byte entries and carries the argument
+ * as a 128-byte SQE does; on an IORING_SETUP_CQE_MIXED ring a command's
+ * CQE is a 32-byte one (IORING_CQE_F_32) with the counts in big_cqe[0].
+ */
+#define SETUP_CQE_MIXED (1U << 18)
+#define SETUP_SQE_MIXED (1U << 19)
+#define OP_URING_CMD128 64
+#define CQE_F_SKIP (1U << 5)
+#define CQE_F_32 (1U << 15)
+
+/* One command of @opcode on the mixed ring @ring; its CQE into @d. */
+static int mixed_one(struct io_uring *ring, __u8 opcode, int dev, int write, int fd,
+		     __u64 addr, __u64 size, __u64 foff, __u64 boff, struct done *d,
+		     int *big)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring), *second = NULL;
+	struct io_uring_cqe *cqe;
+	struct p2pdirect_uring_io io = {
+		.fd = fd, .addr = addr, .size = size, .file_offset = foff,
+		.buf_offset = boff,
+	};
+	int n = 1, ret;
+
+	if (!sqe)
+		return -EPROTO;
+	if (opcode == OP_URING_CMD128) {
+		/* Both halves of the command: two entries in a row. */
+		second = io_uring_get_sqe(ring);
+		if (second != sqe + 1)
+			return -EPROTO;
+		n = 2;
+	}
+	memset(sqe, 0, n * sizeof(*sqe));
+	sqe->opcode = opcode;
+	sqe->fd = dev;
+	sqe->cmd_op = write ? P2PDIRECT_URING_CMD_WRITE : P2PDIRECT_URING_CMD_READ;
+	memcpy(cmd_area(sqe), &io, opcode == OP_URING_CMD128 ? sizeof(io) : 16);
+	sqe->user_data = 7;
+	ret = io_uring_submit(ring);
+	if (ret != n)
+		return ret < 0 ? ret : -EPROTO;
+	for (;;) {
+		ret = io_uring_wait_cqe(ring, &cqe);
+		if (ret)
+			return ret;
+		if (!(cqe->flags & CQE_F_SKIP))
+			break;
+		io_uring_cq_advance(ring, 1);
+	}
+	*big = !!(cqe->flags & CQE_F_32);
+	d->res = cqe->res;
+	d->p2p = *big ? cqe->big_cqe[0] & 0xffffffff : 0;
+	d->bounce = *big ? cqe->big_cqe[0] >> 32 : 0;
+	io_uring_cq_advance(ring, *big ? 2 : 1);
+	return cqe->user_data == 7 ? 0 : -EPROTO;
+}
+
+/*
+ * NSID 1 [OWN + 10 MiB, + 256 KiB) (free_races_commands_in_flight uses the
+ * first 2 MiB of its 4): a WRITE from GPU 0 and a READ into GPU 1, each an
+ * IORING_OP_URING_CMD128 on a ring with mixed SQEs and CQEs; a plain
+ * IORING_OP_URING_CMD there has no room for the argument (-EINVAL, in a
+ * 16-byte CQE: refused before the module took the command on).
+ */
+TEST_F(ur, mixed_sqe_and_cqe_rings)
+{
+	struct gpu *g0 = &self->gpu[0], *g1 = &self->gpu[1];
+	__u64 pos = OWN + 10 * MiB, len = 256 * KiB, seed = 0x7a01;
+	struct io_uring mixed;
+	struct done d;
+	int big = -1;
+
+	ASSERT_EQ(0, io_uring_queue_init(8, &mixed, SETUP_SQE_MIXED | SETUP_CQE_MIXED));
+	fill_buf(g0->map, len, pos, seed);
+	rec_gpu(g0, 0, len, seed, pos);
+	ASSERT_EQ(0, mixed_one(&mixed, OP_URING_CMD128, self->dev, 1, self->ns1,
+			       (uintptr_t)g0->map, len, pos, 0, &d, &big));
+	EXPECT_EQ((int)len, d.res) TH_LOG("WRITE: %s", strerror(-d.res));
+	EXPECT_EQ(1, big);
+	EXPECT_EQ(len, d.p2p);
+	EXPECT_EQ(0ull, d.bounce);
+	rec_nvme(pos, len, seed);
+	rec_dma(g0, pos, len, "write");
+
+	memset(g1->map, 0, len);
+	ASSERT_EQ(0, mixed_one(&mixed, OP_URING_CMD128, self->dev, 0, self->ns1,
+			       (uintptr_t)g1->map, len, pos, 0, &d, &big));
+	EXPECT_EQ((int)len, d.res) TH_LOG("READ: %s", strerror(-d.res));
+	EXPECT_EQ(1, big);
+	EXPECT_EQ(len, d.p2p);
+	rec_gpu(g1, 0, len, seed, pos);
+	EXPECT_EQ(0ull, fill_diff(g1->map, len, pos, seed));
+	rec_dma(g1, pos, len, "read");
+
+	/* A 64-byte command on the same ring: refused at its issue. */
+	ASSERT_EQ(0, mixed_one(&mixed, IORING_OP_URING_CMD, self->dev, 0, self->ns1,
+			       (uintptr_t)g1->map, 4096, pos, 0, &d, &big));
+	EXPECT_EQ(-EINVAL, d.res);
+	EXPECT_EQ(0, big);
+	io_uring_queue_exit(&mixed);
+}
+
+/*
+ * Rings set up the other ways applications use: an SQ polling thread that
+ * issues the commands (IORING_SETUP_SQPOLL: the fd is looked up and the
+ * memory pinned by that thread, which shares the process's files and
+ * memory), a polled ring (IORING_SETUP_IOPOLL: the commands are not polled,
+ * they complete by interrupt and the waiter spins until then) and task work
+ * run only when the submitter waits (SINGLE_ISSUER | DEFER_TASKRUN). On each,
+ * a WRITE from GPU 0 and a READ into GPU 1 of 256 KiB at NSID 1
+ * [OWN + 10.25 MiB, + 768 KiB), a slice per ring, and a COMPAT READ of
+ * NSID 4's first 64 KiB into GPU 1 (io_uring's worker path).
+ */
+TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
+{
+	static const struct {
+		const char *name;
+		unsigned int flags;
+	} setup[] = {
+		{ "SQPOLL", IORING_SETUP_SQPOLL },
+		{ "IOPOLL", IORING_SETUP_IOPOLL },
+		{ "DEFER_TASKRUN", IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN },
+	};
+	struct gpu *g0 = &self->gpu[0], *g1 = &self->gpu[1];
+	__u64 len = 256 * KiB;
+
+	for (int k = 0; k < 3; k++) {
+		__u64 pos = OWN + 10 * MiB + (k + 1) * len, seed = 0x7b01 + k;
+		struct io_uring r;
+		struct done d;
+
+		ASSERT_EQ(0, io_uring_queue_init(8, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32 |
+						 setup[k].flags)) TH_LOG("%s", setup[k].name);
+		fill_buf(g0->map, len, pos, seed);
+		rec_gpu(g0, 0, len, seed, pos);
+		d = one(&r, self->dev, 1, self->ns1, 0, (uintptr_t)g0->map, len, pos, 0);
+		EXPECT_EQ((int)len, d.res) TH_LOG("%s WRITE: %s", setup[k].name,
+						  strerror(-d.res));
+		EXPECT_EQ(len, d.p2p);
+		rec_nvme(pos, len, seed);
+		rec_dma(g0, pos, len, "write");
+
+		memset(g1->map, 0, len);
+		d = one(&r, self->dev, 0, self->ns1, 0, (uintptr_t)g1->map, len, pos, 0);
+		EXPECT_EQ((int)len, d.res) TH_LOG("%s READ: %s", setup[k].name, strerror(-d.res));
+		EXPECT_EQ(len, d.p2p);
+		rec_gpu(g1, 0, len, seed, pos);
+		EXPECT_EQ(0ull, fill_diff(g1->map, len, pos, seed)) TH_LOG("%s", setup[k].name);
+		rec_dma(g1, pos, len, "read");
+
+		memset(g1->map, 0, 64 * KiB);
+		d = one(&r, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)g1->map,
+			64 * KiB, 0, 0);
+		EXPECT_EQ((int)(64 * KiB), d.res) TH_LOG("%s COMPAT: %s", setup[k].name,
+							 strerror(-d.res));
+		EXPECT_EQ(64 * KiB, d.bounce);
+		rec_gpu(g1, 0, 64 * KiB, 4, 0);
+		EXPECT_EQ(0ull, fill_diff(g1->map, 64 * KiB, 0, 4)) TH_LOG("%s", setup[k].name);
+		io_uring_queue_exit(&r);
+	}
+}
+
+/*
+ * A started command cannot be cancelled: IORING_OP_ASYNC_CANCEL, submitted
+ * after 16 READs of NSID 1 [OWN + 11 MiB, + 256 KiB) into GPU 1 in the same
+ * call (each issued inline, so none waits in io_uring's worker), finds none
+ * to cancel: the READ of its user_data is not found (-ENOENT) and
+ * IORING_ASYNC_CANCEL_ANY cancels 0; every READ moves its bytes.
+ */
+TEST_F(ur, async_cancel_leaves_started_commands)
+{
+	struct gpu *g0 = &self->gpu[0], *g1 = &self->gpu[1];
+	__u64 pos = OWN + 11 * MiB, chunk = 16 * KiB, len = 16 * chunk, seed = 0x7c01;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	int reads = 0, one_res = 1, any_res = 1;
+
+	ASSERT_EQ(0, seed_ns(self, g0, 0, len, pos, seed));
+	rec_dma(g0, pos, len, "write");
+	memset(g1->map, 0, len);
+	for (int i = 0; i < 16; i++)
+		prep(&self->ring, self->dev, 0, self->ns1, 0, (uintptr_t)g1->map, chunk,
+		     pos + i * chunk, i * chunk, i);
+	for (int c = 0; c < 2; c++) {
+		sqe = io_uring_get_sqe(&self->ring);
+		ASSERT_NE(NULL, sqe);
+		memset(sqe, 0, 2 * sizeof(*sqe));
+		io_uring_prep_cancel64(sqe, c ? 0 : 5, c ? IORING_ASYNC_CANCEL_ANY : 0);
+		sqe->user_data = 100 + c;
+	}
+	ASSERT_EQ(18, io_uring_submit(&self->ring));
+	for (int i = 0; i < 18; i++) {
+		ASSERT_EQ(0, io_uring_wait_cqe(&self->ring, &cqe));
+		if (cqe->user_data == 100) {
+			one_res = cqe->res;
+		} else if (cqe->user_data == 101) {
+			any_res = cqe->res;
+		} else {
+			EXPECT_EQ((int)chunk, cqe->res) TH_LOG("READ %llu: %s",
+							       (unsigned long long)cqe->user_data,
+							       strerror(-cqe->res));
+			reads++;
+		}
+		io_uring_cqe_seen(&self->ring, cqe);
+	}
+	EXPECT_EQ(16, reads);
+	EXPECT_EQ(-ENOENT, one_res);
+	EXPECT_EQ(0, any_res);
+	rec_gpu(g1, 0, len, seed, pos);
+	EXPECT_EQ(0ull, fill_diff(g1->map, len, pos, seed));
+	rec_dma(g1, pos, len, "read");
 }
 
 /*

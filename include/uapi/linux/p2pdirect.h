@@ -589,7 +589,18 @@ struct p2pdirect_stats {
  * ioctls return in struct p2pdirect_io: bits 0-31 p2p_bytes, bits 32-63
  * bounce_bytes (one I/O moves less than 2 GiB); zeroed_bytes is bytes -
  * p2p_bytes - bounce_bytes unless the I/O bounced, and is counted in STATS
- * either way; big_cqe[1] is 0.
+ * either way; big_cqe[1] is 0. On a ring set up with IORING_SETUP_CQE_MIXED
+ * the CQE of a command the module took on is a 32-byte one (IORING_CQE_F_32
+ * in cqe->flags) with the same big_cqe; a command refused before that (an
+ * unknown cmd_op, -EBADF for the open mode, the -EINVAL and -EBUSY cases
+ * above) gets a 16-byte CQE.
+ *
+ * Ring setups: with IORING_SETUP_SQPOLL the SQ thread issues the commands
+ * (it shares the submitter's files and memory); with IORING_SETUP_DEFER_TASKRUN
+ * the task work that posts a CQE, gives back the command's place and counts
+ * it in STATS runs when the submitter waits for completions; with
+ * IORING_SETUP_IOPOLL the commands are not polled (no uring_cmd_iopoll): they
+ * complete by interrupt, and a waiter spins in io_uring_enter() until then.
  *
  * Transfers complete asynchronously, with no thread per I/O: at submission
  * the fd is looked up, the memory pinned and the bios (raw block device) or

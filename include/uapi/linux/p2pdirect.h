@@ -590,17 +590,25 @@ struct p2pdirect_stats {
  * bounce_bytes (one I/O moves less than 2 GiB); zeroed_bytes is bytes -
  * p2p_bytes - bounce_bytes unless the I/O bounced, and is counted in STATS
  * either way; big_cqe[1] is 0. On a ring set up with IORING_SETUP_CQE_MIXED
- * the CQE of a command the module took on is a 32-byte one (IORING_CQE_F_32
- * in cqe->flags) with the same big_cqe; a command refused before that (an
- * unknown cmd_op, -EBADF for the open mode, the -EINVAL and -EBUSY cases
- * above) gets a 16-byte CQE.
+ * a command's result comes in a 32-byte CQE (IORING_CQE_F_32 in cqe->flags)
+ * with the same big_cqe, except where it is returned at the issue (an unknown
+ * cmd_op, -EBADF for the open mode, the -EINVAL and -EBUSY cases above, a
+ * write-back error of the range's cached data, -ENOMEM) or by io_uring itself
+ * (-ECANCELED for a command cancelled before a worker started it): those
+ * come in 16-byte CQEs. Test IORING_CQE_F_32 before reading big_cqe.
  *
  * Ring setups: with IORING_SETUP_SQPOLL the SQ thread issues the commands
- * (it shares the submitter's files and memory); with IORING_SETUP_DEFER_TASKRUN
- * the task work that posts a CQE, gives back the command's place and counts
- * it in STATS runs when the submitter waits for completions; with
- * IORING_SETUP_IOPOLL the commands are not polled (no uring_cmd_iopoll): they
- * complete by interrupt, and a waiter spins in io_uring_enter() until then.
+ * and runs their completion task work (it shares the files and memory of the
+ * task that created the ring). With IORING_SETUP_DEFER_TASKRUN the task work
+ * that posts a CQE, counts the command in STATS and gives back its place
+ * runs when the submitter calls io_uring_enter() with
+ * IORING_ENTER_GETEVENTS. With IORING_SETUP_IOPOLL the commands are not
+ * polled (no uring_cmd_iopoll): they complete by interrupt, and
+ * io_uring_enter() with GETEVENTS returns without a CQE while no request of
+ * the ring is polled (liburing's wait loop re-enters until the CQE is
+ * posted). IORING_OP_ASYNC_CANCEL finds no command issued inline (-ENOENT);
+ * one waiting for a worker is cancelled before it starts (-ECANCELED), one
+ * a worker runs gets -EALREADY and completes.
  *
  * Transfers complete asynchronously, with no thread per I/O: at submission
  * the fd is looked up, the memory pinned and the bios (raw block device) or

@@ -127,7 +127,10 @@ FIXTURE_TEARDOWN(ur)
 
 static __u8 *cmd_area(struct io_uring_sqe *sqe);
 
-/* Queues one READ or WRITE (@write) on @ring; user_data @ud. */
+/*
+ * Queues one READ or WRITE (@write) on @ring; user_data @ud. A @dev below 0
+ * names the ring's registered file -@dev - 1 (IOSQE_FIXED_FILE).
+ */
 static struct io_uring_sqe *prep(struct io_uring *ring, int dev, int write, int fd,
 				 __u32 flags, __u64 addr, __u64 size, __u64 foff, __u64 boff,
 				 __u64 ud)
@@ -146,7 +149,8 @@ static struct io_uring_sqe *prep(struct io_uring *ring, int dev, int write, int 
 	}
 	memset(sqe, 0, 2 * sizeof(*sqe));
 	sqe->opcode = IORING_OP_URING_CMD;
-	sqe->fd = dev;
+	sqe->fd = dev < 0 ? -dev - 1 : dev;
+	sqe->flags = dev < 0 ? IOSQE_FIXED_FILE : 0;
 	sqe->cmd_op = write ? P2PDIRECT_URING_CMD_WRITE : P2PDIRECT_URING_CMD_READ;
 	memcpy(cmd_area(sqe), &io, sizeof(io));
 	sqe->user_data = ud;
@@ -789,9 +793,10 @@ TEST_F(ur, mixed_sqe_and_cqe_rings)
  * memory pinned by that thread, which shares the process's files and
  * memory), a polled ring (IORING_SETUP_IOPOLL: the commands are not polled,
  * they complete by interrupt and the waiter spins until then) and task work
- * run only when the submitter waits (SINGLE_ISSUER | DEFER_TASKRUN). On each,
+ * run only when the submitter waits (SINGLE_ISSUER | DEFER_TASKRUN), and
+ * /dev/p2pdirect as the ring's registered file (IOSQE_FIXED_FILE). On each,
  * a WRITE from GPU 0 and a READ into GPU 1 of 256 KiB at NSID 1
- * [OWN + 10.25 MiB, + 768 KiB), a slice per ring, and a COMPAT READ of
+ * [OWN + 10.25 MiB, + 1 MiB), a slice per ring, and a COMPAT READ of
  * NSID 4's first 64 KiB into GPU 1 (io_uring's worker path).
  */
 TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
@@ -803,20 +808,26 @@ TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
 		{ "SQPOLL", IORING_SETUP_SQPOLL },
 		{ "IOPOLL", IORING_SETUP_IOPOLL },
 		{ "DEFER_TASKRUN", IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN },
+		{ "FIXED_FILE", 0 },
 	};
 	struct gpu *g0 = &self->gpu[0], *g1 = &self->gpu[1];
 	__u64 len = 256 * KiB;
 
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < 4; k++) {
 		__u64 pos = OWN + 10 * MiB + (k + 1) * len, seed = 0x7b01 + k;
+		int dev = self->dev;
 		struct io_uring r;
 		struct done d;
 
 		ASSERT_EQ(0, io_uring_queue_init(8, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32 |
 						 setup[k].flags)) TH_LOG("%s", setup[k].name);
+		if (k == 3) {
+			ASSERT_EQ(0, io_uring_register_files(&r, &self->dev, 1));
+			dev = -1;	/* registered file 0 */
+		}
 		fill_buf(g0->map, len, pos, seed);
 		rec_gpu(g0, 0, len, seed, pos);
-		d = one(&r, self->dev, 1, self->ns1, 0, (uintptr_t)g0->map, len, pos, 0);
+		d = one(&r, dev, 1, self->ns1, 0, (uintptr_t)g0->map, len, pos, 0);
 		EXPECT_EQ((int)len, d.res) TH_LOG("%s WRITE: %s", setup[k].name,
 						  strerror(-d.res));
 		EXPECT_EQ(len, d.p2p);
@@ -824,7 +835,7 @@ TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
 		rec_dma(g0, pos, len, "write");
 
 		memset(g1->map, 0, len);
-		d = one(&r, self->dev, 0, self->ns1, 0, (uintptr_t)g1->map, len, pos, 0);
+		d = one(&r, dev, 0, self->ns1, 0, (uintptr_t)g1->map, len, pos, 0);
 		EXPECT_EQ((int)len, d.res) TH_LOG("%s READ: %s", setup[k].name, strerror(-d.res));
 		EXPECT_EQ(len, d.p2p);
 		rec_gpu(g1, 0, len, seed, pos);
@@ -832,7 +843,7 @@ TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
 		rec_dma(g1, pos, len, "read");
 
 		memset(g1->map, 0, 64 * KiB);
-		d = one(&r, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)g1->map,
+		d = one(&r, dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)g1->map,
 			64 * KiB, 0, 0);
 		EXPECT_EQ((int)(64 * KiB), d.res) TH_LOG("%s COMPAT: %s", setup[k].name,
 							 strerror(-d.res));
@@ -845,7 +856,7 @@ TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
 
 /*
  * A command issued inline cannot be cancelled: IORING_OP_ASYNC_CANCEL,
- * submitted after 16 READs of NSID 1 [OWN + 11 MiB, + 256 KiB) into GPU 1 in
+ * submitted after 16 READs of NSID 1 [OWN + 11.25 MiB, + 256 KiB) into GPU 1 in
  * the same call (none waits in io_uring's worker: nothing of that range is
  * cached), finds none of them: the READ of its user_data is not found
  * (-ENOENT) and IORING_ASYNC_CANCEL_ANY cancels 0; every READ moves its
@@ -854,7 +865,7 @@ TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
 TEST_F(ur, async_cancel_leaves_started_commands)
 {
 	struct gpu *g0 = &self->gpu[0], *g1 = &self->gpu[1];
-	__u64 pos = OWN + 11 * MiB, chunk = 16 * KiB, len = 16 * chunk, seed = 0x7c01;
+	__u64 pos = OWN + 11 * MiB + 256 * KiB, chunk = 16 * KiB, len = 16 * chunk, seed = 0x7c01;
 	struct io_uring_sqe *sqe;
 	struct io_uring_cqe *cqe;
 	int reads = 0, one_res = 1, any_res = 1;

@@ -606,7 +606,9 @@ struct p2pdirect_stats {
  * polled (no uring_cmd_iopoll): they complete by interrupt, and
  * io_uring_enter() with GETEVENTS returns without a CQE while no request of
  * the ring is polled (liburing's wait loop re-enters until the CQE is
- * posted). IORING_OP_ASYNC_CANCEL finds no command issued inline (-ENOENT);
+ * posted). The /dev/p2pdirect file may be a registered file of the ring
+ * (IOSQE_FIXED_FILE); @fd stays a file descriptor of the submitting process.
+ * IORING_OP_ASYNC_CANCEL finds no command issued inline (-ENOENT);
  * one waiting for a worker is cancelled before it starts (-ECANCELED), one
  * a worker runs gets -EALREADY and completes.
  *

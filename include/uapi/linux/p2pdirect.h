@@ -609,8 +609,8 @@ struct p2pdirect_stats {
  * posted). The /dev/p2pdirect file may be a registered file of the ring
  * (IOSQE_FIXED_FILE); @fd stays a file descriptor of the submitting process.
  * IORING_OP_ASYNC_CANCEL finds no command issued inline (-ENOENT);
- * one waiting for a worker is cancelled before it starts (-ECANCELED), one
- * a worker runs gets -EALREADY and completes.
+ * one waiting for a worker is cancelled before it starts (-ECANCELED); the
+ * cancel of one a worker runs returns -EALREADY, and the command completes.
  *
  * Transfers complete asynchronously, with no thread per I/O: at submission
  * the fd is looked up, the memory pinned and the bios (raw block device) or

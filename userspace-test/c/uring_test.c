@@ -788,6 +788,42 @@ TEST_F(ur, mixed_sqe_and_cqe_rings)
 }
 
 /*
+ * On a SINGLE_ISSUER | DEFER_TASKRUN ring, the task work that posts a READ's
+ * CQE and counts it in STATS waits for io_uring_enter() with GETEVENTS: 200 ms
+ * after the submission (the bios long done) the CQ ring is still empty and
+ * GPU 1's reads count unchanged; the wait posts and counts it. NSID 1 [@pos,
+ * + @len) holds fill @seed.
+ */
+static void deferred_completion(struct __test_metadata *_metadata, struct _test_data_ur *self,
+				__u64 pos, __u64 len, __u64 seed)
+{
+	struct gpu *g1 = &self->gpu[1];
+	struct p2pdirect_stat before, after;
+	struct io_uring_cqe *cqe;
+	struct io_uring r;
+
+	ASSERT_EQ(0, io_uring_queue_init(8, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32 |
+					 IORING_SETUP_SINGLE_ISSUER |
+					 IORING_SETUP_DEFER_TASKRUN));
+	memset(g1->map, 0, len);
+	ASSERT_EQ(0, stat_of(self->dev, g1->pci, &before));
+	prep(&r, self->dev, 0, self->ns1, 0, (uintptr_t)g1->map, len, pos, 0, 0);
+	ASSERT_EQ(1, io_uring_submit(&r));
+	usleep(200 * 1000);
+	EXPECT_EQ(-EAGAIN, io_uring_peek_cqe(&r, &cqe));
+	ASSERT_EQ(0, stat_of(self->dev, g1->pci, &after));
+	EXPECT_EQ(before.reads, after.reads);
+	ASSERT_EQ(0, io_uring_wait_cqe(&r, &cqe));
+	EXPECT_EQ((int)len, cqe->res);
+	io_uring_cqe_seen(&r, cqe);
+	ASSERT_EQ(0, stat_of(self->dev, g1->pci, &after));
+	EXPECT_EQ(before.reads + 1, after.reads);
+	rec_gpu(g1, 0, len, seed, pos);
+	EXPECT_EQ(0ull, fill_diff(g1->map, len, pos, seed));
+	io_uring_queue_exit(&r);
+}
+
+/*
  * Rings set up the other ways applications use: an SQ polling thread that
  * issues the commands (IORING_SETUP_SQPOLL: the fd is looked up and the
  * memory pinned by that thread, which shares the process's files and
@@ -797,7 +833,8 @@ TEST_F(ur, mixed_sqe_and_cqe_rings)
  * /dev/p2pdirect as the ring's registered file (IOSQE_FIXED_FILE). On each,
  * a WRITE from GPU 0 and a READ into GPU 1 of 256 KiB at NSID 1
  * [OWN + 10.25 MiB, + 1 MiB), a slice per ring, and a COMPAT READ of
- * NSID 4's first 64 KiB into GPU 1 (io_uring's worker path).
+ * NSID 4's first 64 KiB into GPU 1 (io_uring's worker path); then the last
+ * slice read once more on a DEFER_TASKRUN ring, to see when it completes.
  */
 TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
 {
@@ -852,6 +889,7 @@ TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
 		EXPECT_EQ(0ull, fill_diff(g1->map, 64 * KiB, 0, 4)) TH_LOG("%s", setup[k].name);
 		io_uring_queue_exit(&r);
 	}
+	deferred_completion(_metadata, self, OWN + 10 * MiB + 4 * len, len, 0x7b04);
 }
 
 /*

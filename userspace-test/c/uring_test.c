@@ -694,34 +694,26 @@ TEST_F(ur, errors_match_the_ioctls)
 #define CQE_F_SKIP (1U << 5)
 #define CQE_F_32 (1U << 15)
 
-/* One command of @opcode on the mixed ring @ring; its CQE into @d. */
+/*
+ * One command of @opcode on the mixed ring @ring; its CQE into @d. prep()
+ * fills 128 bytes: the two entries of an IORING_OP_URING_CMD128, or for a
+ * 64-byte command the next entry too, which is not submitted.
+ */
 static int mixed_one(struct io_uring *ring, __u8 opcode, int dev, int write, int fd,
 		     __u64 addr, __u64 size, __u64 foff, __u64 boff, struct done *d,
 		     int *big)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring), *second = NULL;
+	struct io_uring_sqe *sqe = prep(ring, dev, write, fd, 0, addr, size, foff, boff, 7);
 	struct io_uring_cqe *cqe;
-	struct p2pdirect_uring_io io = {
-		.fd = fd, .addr = addr, .size = size, .file_offset = foff,
-		.buf_offset = boff,
-	};
 	int n = 1, ret;
 
-	if (!sqe)
-		return -EPROTO;
+	sqe->opcode = opcode;
+	/* Both halves of a 128-byte command: two entries in a row. */
 	if (opcode == OP_URING_CMD128) {
-		/* Both halves of the command: two entries in a row. */
-		second = io_uring_get_sqe(ring);
-		if (second != sqe + 1)
+		if (io_uring_get_sqe(ring) != sqe + 1)
 			return -EPROTO;
 		n = 2;
 	}
-	memset(sqe, 0, n * sizeof(*sqe));
-	sqe->opcode = opcode;
-	sqe->fd = dev;
-	sqe->cmd_op = write ? P2PDIRECT_URING_CMD_WRITE : P2PDIRECT_URING_CMD_READ;
-	memcpy(cmd_area(sqe), &io, opcode == OP_URING_CMD128 ? sizeof(io) : 16);
-	sqe->user_data = 7;
 	ret = io_uring_submit(ring);
 	if (ret != n)
 		return ret < 0 ? ret : -EPROTO;

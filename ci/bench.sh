@@ -14,8 +14,10 @@ mkdir -p "$out"
 tr -d '\r' <"$run/tap.log" >"$out/guest.log"
 sed -n '/^# BENCH-JSON-BEGIN$/,/^# BENCH-JSON-END$/p' "$out/guest.log" | sed '1d;$d' >"$out/bench.json"
 sed '/^# BENCH-JSON-BEGIN$/,$d' "$out/guest.log" | grep -v '^\[' >"$out/bench.txt"
-python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out/bench.json" 2>/dev/null ||
+python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out/bench.json" 2>/dev/null || {
+	grep -v '^#' "$out/bench.txt" | tail -20 >&2
 	die "no benchmark results in the guest output ($run/tap.log)"
+}
 "$here/chart.py" "$out/bench.json" "$out/bench.svg"
 rsvg-convert -o "$out/bench.png" "$out/bench.svg" || log "rsvg-convert failed: no PNG"
 cat "$out/bench.txt"

@@ -55,6 +55,15 @@ for v in FUZZ_SEED FUZZ_SECONDS FUZZ_THREADS; do
 	append+=" p2p_$(echo "$v" | tr 'A-Z' 'a-z')=$val"
 done
 
+# `make bench` and `make profile`: the rounds of each run, the io_uring
+# queue depths, the seconds of each run.
+for v in P2PDIRECT_BENCH_ROUNDS P2PDIRECT_BENCH_QD P2PDIRECT_BENCH_SECONDS; do
+	val=${!v:-}
+	[ -n "$val" ] || continue
+	[[ "$val" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "$v=$val: not a number or a comma-separated list of numbers"
+	append+=" p2p_$(echo "${v#P2PDIRECT_}" | tr 'A-Z' 'a-z')=$val"
+done
+
 "$here/install-deps.sh"
 kdir=$("$here/build-kernel.sh")
 ksrc=$("$here/fetch-kernel.sh")

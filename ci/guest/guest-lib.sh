@@ -281,11 +281,13 @@ p2pd_foreign_option() {
 	/tests/p2pd version --reset 2>/tmp/err
 	[ $? -eq 2 ] && grep -q 'version does not take --reset' /tmp/err
 }
-# bench --json: the table goes to stderr, stdout is the JSON alone.
+# bench --json: the table goes to stderr, stdout is the JSON alone; each
+# run carries the IOPS of its three rounds.
 p2pd_bench_json() {
-	p2pd_json bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 1 \
+	p2pd_json bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 3 \
 		--only 'p2pdirect seq-read-4K' 2>/tmp/err || { cat /tmp/err; return 1; }
-	grep -q '"path":"p2pdirect"' /tmp/json.out && grep -q '^seq-read-4K  *p2pdirect ' /tmp/err
+	grep -q '"path":"p2pdirect"' /tmp/json.out && grep -q '^seq-read-4K  *p2pdirect ' /tmp/err &&
+		[ "$(grep -o '"round_iops":\[[0-9.]*,[0-9.]*,[0-9.]*\]' /tmp/json.out | wc -l)" -eq 2 ]
 }
 # A run that fails makes bench fail (exit 1) after the table: the p2pdirect
 # path (one thread and four: two runs) into NSID 4, which no provider can
@@ -326,7 +328,7 @@ p2pd_suite() {
 	check "p2pd bench --qd 1,8 --only uring: the io_uring paths at each depth" p2pd_bench_uring
 	# The bench runs allocate (and zero) device memory: before verify, whose
 	# data in device memory the host checks.
-	check "p2pd bench --json: stdout is the JSON alone, the table on stderr" p2pd_bench_json
+	check "p2pd bench --json: stdout is the JSON alone, the table on stderr, every round's IOPS" p2pd_bench_json
 	check "p2pd bench with a failed run: its error row, exit 1" p2pd_bench_failed_run
 	check "p2pd verify: 8 MiB NVMe -> GPU -> NVMe, every byte" p2pd_verify
 	check "p2pd stats --json is one JSON document" p2pd_json stats
@@ -643,7 +645,7 @@ run_profile() {
 		say "# PROFILE $path $wl"
 		if ! perf record -q -g -e cpu-clock -F 4000 -a -o /tmp/perf.data -- \
 			/tests/p2pd bench --only "$path $wl" ${qd:+--qd "$qd"} --threads "${th:-1}" \
-			--seconds 2 --rounds 1 --out /tmp/profile.json >/tmp/profile.txt 2>&1; then
+			--seconds "${p2p_bench_seconds:-2}" --rounds 1 --out /tmp/profile.json >/tmp/profile.txt 2>&1; then
 			say "p2pd bench under perf: FAILED"
 			sed 's/^/  /' /tmp/profile.txt >"$out"
 			continue
@@ -676,7 +678,17 @@ run_bench() {
 		say "module: insmod FAILED"
 		return
 	fi
-	/tests/p2pd bench --out /tmp/bench.json >"$out" 2>&1 || say "p2pd bench: FAILED"
+	# A focused run (see "The two commands" in README.md): P2PDIRECT_ONLY's
+	# `path/workload` filters, P2PDIRECT_BENCH_ROUNDS, P2PDIRECT_BENCH_QD and
+	# P2PDIRECT_BENCH_SECONDS on the host (p2p_only, p2p_bench_* here).
+	set -- --out /tmp/bench.json
+	for w in $(echo "${p2p_only:-}" | tr ',' ' '); do
+		set -- "$@" --only "$(echo "$w" | tr '/' ' ')"
+	done
+	[ -z "${p2p_bench_rounds:-}" ] || set -- "$@" --rounds "$p2p_bench_rounds"
+	[ -z "${p2p_bench_qd:-}" ] || set -- "$@" --qd "$p2p_bench_qd"
+	[ -z "${p2p_bench_seconds:-}" ] || set -- "$@" --seconds "$p2p_bench_seconds"
+	/tests/p2pd bench "$@" >"$out" 2>&1 || say "p2pd bench: FAILED"
 	say "# BENCH-JSON-BEGIN"
 	cat /tmp/bench.json >"$out"
 	say ""

@@ -1075,6 +1075,13 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             runs.push(run_one(&ctx, *path, wl, secs));
         }
     }
+    // Every round's IOPS, in the order the rounds ran, for the JSON: the
+    // spread of a run, and ratios taken round by round.
+    let round_iops: Vec<Vec<f64>> = all
+        .iter()
+        .filter(|runs| !runs.is_empty())
+        .map(|runs| runs.iter().map(Res::iops).collect())
+        .collect();
     let rs: Vec<Res> = all.into_iter().filter_map(median).collect();
     let ratios = ratios(&rs, threads, &qds);
 
@@ -1100,7 +1107,8 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
 
     let runs: Vec<String> = rs
         .iter()
-        .map(|r| {
+        .zip(&round_iops)
+        .map(|(r, rounds)| {
             let mut o = Json::obj();
             o.str("path", r.path.name());
             o.str("workload", &r.wl.name());
@@ -1118,6 +1126,8 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             o.num("lat_p50_us", r.p50_us());
             o.num("lat_p99_us", r.p99_us());
             o.num("cpu_s_per_gib", r.cpu_s_per_gib());
+            let each: Vec<String> = rounds.iter().map(|v| Json::number(*v)).collect();
+            o.raw("round_iops", &Json::array(&each));
             match &r.error {
                 Some(e) => o.str("error", e),
                 None => o.raw("error", "null"),

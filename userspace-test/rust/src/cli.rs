@@ -538,14 +538,18 @@ impl Json {
 
     pub fn num(&mut self, k: &str, v: f64) {
         self.key(k);
-        if v.is_finite() {
-            if v.fract() == 0.0 && v.abs() < 9.0e15 {
-                self.0.push_str(&format!("{}", v as i64));
-            } else {
-                self.0.push_str(&format!("{v:.4}"));
-            }
+        self.0.push_str(&Self::number(v));
+    }
+
+    /// A JSON number: whole numbers without a fraction, others to four
+    /// places, `null` for NaN and infinities.
+    pub fn number(v: f64) -> String {
+        if !v.is_finite() {
+            "null".into()
+        } else if v.fract() == 0.0 && v.abs() < 9.0e15 {
+            format!("{}", v as i64)
         } else {
-            self.0.push_str("null");
+            format!("{v:.4}")
         }
     }
 

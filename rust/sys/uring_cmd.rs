@@ -215,11 +215,19 @@ impl PendingCmd {
         // SAFETY: the command is pending (type invariant), so its `pdu` is
         // the driver's; it is aligned for and large enough to hold a `Pdu`
         // (asserted above against the generated layout). The command is completed once,
-        // here: `tw` posts it. `__io_uring_cmd_do_in_task` with no flags is
-        // `io_uring_cmd_complete_in_task`, callable from any context.
+        // here: `tw` posts it. `__io_uring_cmd_do_in_task` with the lazy
+        // flag is `io_uring_cmd_do_in_task_lazy`, callable from any context.
+        // Lazy: on a DEFER_TASKRUN ring the submitter waiting for N CQEs is
+        // woken once N such task works are queued, not for each, as for
+        // io_uring's own reads and NVMe passthrough; that is right because
+        // each of them posts exactly one CQE (`task_work` below).
         unsafe {
             (&raw mut (*raw).pdu).cast::<Pdu>().write(pdu);
-            helpers::__io_uring_cmd_do_in_task(raw, Some(tw), 0);
+            helpers::__io_uring_cmd_do_in_task(
+                raw,
+                Some(tw),
+                helpers::P2PDIRECT_IOU_F_TWQ_LAZY_WAKE,
+            );
         }
     }
 

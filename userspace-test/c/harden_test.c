@@ -206,17 +206,7 @@ static void *ro_page(const void *content, size_t len)
 /* The module's reference count from /proc/modules, or -1. */
 static int module_refs(void)
 {
-	char line[256];
-	int refs = -1;
-	FILE *f = fopen("/proc/modules", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "p2pdirect %*u %d", &refs) == 1)
-			break;
-	fclose(f);
-	return refs;
+	return (int)file_number("/proc/modules", "p2pdirect %*u %ld");
 }
 
 static int try_rmmod(void)

@@ -219,6 +219,25 @@ static inline uint64_t fill_word(uint64_t w, uint64_t seed)
 	return x;
 }
 
+/*
+ * The number in the first line of @path that scanf format @fmt (one %ld)
+ * matches, or -1 (no such line, or the file cannot be read).
+ */
+static inline long file_number(const char *path, const char *fmt)
+{
+	char line[256];
+	long n = -1;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, fmt, &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
 /* Writes @val to the sysfs file @path: 0 or -errno (-EIO on a short write). */
 static inline int sysfs_write(const char *path, const char *val)
 {

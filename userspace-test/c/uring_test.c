@@ -884,6 +884,64 @@ TEST_F(ur, sqpoll_iopoll_and_defer_taskrun_rings)
 	deferred_completion(_metadata, self, OWN + 10 * MiB + 4 * len, len, 0x7b04);
 }
 
+/* The calling thread's voluntary context switches so far, or -1. */
+static long voluntary_switches(void)
+{
+	return file_number("/proc/thread-self/status", "voluntary_ctxt_switches: %ld");
+}
+
+/*
+ * A SINGLE_ISSUER | DEFER_TASKRUN ring whose submitter waits for all of 128
+ * commands at once (io_uring_submit_and_wait) sleeps until they are done:
+ * each completion wakes it lazily (IOU_F_TWQ_LAZY_WAKE, as io_uring's own
+ * reads and NVMe passthrough do), so it is woken about once, not once per
+ * completion. The commands are COMPAT READs of NSID 4's first 64 KiB into
+ * GPU 1 [0, 8 MiB): io_uring's workers run them one by one after the
+ * submission returned, so their completions come while the submitter
+ * sleeps (raw transfers here complete during the submission itself). The
+ * thread's voluntary context switches over the call count its sleeps: at
+ * most one per 8 completions (lazily they were 1-4 for 64 commands, with a
+ * wake per completion 24-41).
+ */
+TEST_F(ur, defer_taskrun_waiter_woken_lazily)
+{
+	struct gpu *g = &self->gpu[1];
+	__u64 chunk = 64 * KiB;
+	unsigned int n = 128, ok = 0, bad = 0;
+	struct io_uring_cqe *cqe;
+	struct io_uring r;
+	long before, after;
+
+	memset(g->map, 0, n * chunk);
+	ASSERT_EQ(0, io_uring_queue_init(n, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32 |
+					 IORING_SETUP_SINGLE_ISSUER |
+					 IORING_SETUP_DEFER_TASKRUN));
+	for (unsigned int i = 0; i < n; i++)
+		prep(&r, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)g->map, chunk, 0,
+		     i * chunk, i);
+	before = voluntary_switches();
+	ASSERT_EQ((int)n, io_uring_submit_and_wait(&r, n));
+	after = voluntary_switches();
+	ASSERT_LE(0, before);
+	for (unsigned int i = 0; i < n; i++) {
+		ASSERT_EQ(0, io_uring_peek_cqe(&r, &cqe)) TH_LOG("CQE %u of %u missing", i, n);
+		EXPECT_EQ((int)chunk, cqe->res) TH_LOG("READ %llu: %s",
+						      (unsigned long long)cqe->user_data,
+						      strerror(-cqe->res));
+		ok += cqe->res == (int)chunk && cqe->big_cqe[0] >> 32 == chunk;
+		io_uring_cqe_seen(&r, cqe);
+	}
+	EXPECT_EQ(n, ok);
+	printf("# the waiter slept %ld times for %u completions\n", after - before, n);
+	EXPECT_GE((long)n / 8, after - before);
+	for (unsigned int i = 0; i < n; i++)
+		bad += fill_diff(g->map + i * chunk, chunk, 0, 4) != 0;
+	EXPECT_EQ(0u, bad) TH_LOG("%u READs left other bytes", bad);
+	for (__u64 b = 0; b < n * chunk; b += MiB)
+		rec_gpu(g, b, chunk, 4, 0);
+	io_uring_queue_exit(&r);
+}
+
 /*
  * A command issued inline cannot be cancelled: IORING_OP_ASYNC_CANCEL,
  * submitted after 16 READs of NSID 1 [OWN + 11.25 MiB, + 256 KiB) into GPU 1 in

@@ -602,7 +602,11 @@ struct p2pdirect_stats {
  * task that created the ring). With IORING_SETUP_DEFER_TASKRUN the task work
  * that posts a CQE, counts the command in STATS and gives back its place
  * runs when the submitter calls io_uring_enter() with
- * IORING_ENTER_GETEVENTS. With IORING_SETUP_IOPOLL the commands are not
+ * IORING_ENTER_GETEVENTS, and a completion wakes a waiting submitter
+ * lazily: one waiting for N CQEs is woken once N commands are done (as
+ * io_uring's own reads). That count is of commands, one CQ slot each: on an
+ * IORING_SETUP_CQE_MIXED ring wait for at most as many CQEs as commands in
+ * flight. With IORING_SETUP_IOPOLL the commands are not
  * polled (no uring_cmd_iopoll): they complete by interrupt, and
  * io_uring_enter() with GETEVENTS returns without a CQE while no request of
  * the ring is polled (liburing's wait loop re-enters until the CQE is

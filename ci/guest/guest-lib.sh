@@ -624,9 +624,11 @@ run_demo() {
 	rmmod p2pdirect && say "module: unloaded"
 }
 
-# `make bench`: the full benchmark; its JSON goes to the host between markers.
+# `make bench`: the full benchmark (or the part p2p_only names); its JSON goes
+# to the host between markers.
 # `make profile`: each workload of p2p_only (comma-separated `path/workload`,
-# as p2pd bench names them) runs for 2 s under `perf record` sampling every
+# as p2pd bench names them) runs for p2p_bench_seconds (2 s by default) under
+# `perf record` sampling every
 # CPU with call chains (the cpu-clock event: TCG has no PMU); the busiest
 # symbols print, by their own samples and with their callees'.
 run_profile() {

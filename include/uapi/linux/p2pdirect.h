@@ -604,9 +604,9 @@ struct p2pdirect_stats {
  * runs when the submitter calls io_uring_enter() with
  * IORING_ENTER_GETEVENTS, and a completion wakes a waiting submitter
  * lazily: one waiting for N CQEs is woken once N commands are done (as
- * io_uring's own reads). That count is of commands, one CQ slot each: on an
- * IORING_SETUP_CQE_MIXED ring wait for at most as many CQEs as commands in
- * flight. With IORING_SETUP_IOPOLL the commands are not
+ * io_uring's own reads). io_uring counts the wait in CQ slots, and on an
+ * IORING_SETUP_CQE_MIXED ring each of these CQEs (32 bytes) takes two: wait
+ * for at most as many CQEs as commands in flight. With IORING_SETUP_IOPOLL the commands are not
  * polled (no uring_cmd_iopoll): they complete by interrupt, and
  * io_uring_enter() with GETEVENTS returns without a CQE while no request of
  * the ring is polled (liburing's wait loop re-enters until the CQE is

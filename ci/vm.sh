@@ -38,8 +38,11 @@ repo=$(dirname "$here")
 trap 'log "vm.sh: line $LINENO failed: $BASH_COMMAND"' ERR
 
 mode=${1:-check}
-# A longer fuzzer run needs a longer limit.
-timeout_s=${P2PDIRECT_VM_TIMEOUT:-$((900 + ${FUZZ_SECONDS:-0}))}
+# A longer fuzzer run needs a longer limit. The guest's part of a full check
+# takes 500-900 s under TCG; on an empty cache the next kernel builds beside
+# it, and on a slow host that pushed a 7.2 debug guest past 900 s in its last
+# suites (2026-11-25): 1500 s leaves room for that and still ends a hang.
+timeout_s=${P2PDIRECT_VM_TIMEOUT:-$((1500 + ${FUZZ_SECONDS:-0}))}
 # no5lvl: with 5-level paging (TCG's `-cpu max` and recent hosts have LA57),
 # an interrupt that arrives while identify_boot_cpu() has cleared the boot
 # CPU's feature bits makes KASAN compute its shadow bounds for 4-level paging

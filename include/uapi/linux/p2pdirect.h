@@ -606,11 +606,11 @@ struct p2pdirect_stats {
  * lazily: one waiting for N CQEs is woken once N commands are done (as
  * io_uring's own reads). io_uring counts the wait in CQ slots, and on an
  * IORING_SETUP_CQE_MIXED ring each of these CQEs (32 bytes) takes two: wait
- * for at most as many CQEs as commands in flight. With IORING_SETUP_IOPOLL the commands are not
- * polled (no uring_cmd_iopoll): they complete by interrupt, and
- * io_uring_enter() with GETEVENTS returns without a CQE while no request of
- * the ring is polled (liburing's wait loop re-enters until the CQE is
- * posted). The /dev/p2pdirect file may be a registered file of the ring
+ * for at most as many CQEs as commands in flight. With IORING_SETUP_IOPOLL
+ * the commands are not polled (no uring_cmd_iopoll): they complete by
+ * interrupt, and io_uring_enter() with GETEVENTS returns without a CQE
+ * while no request of the ring is polled (liburing's wait loop re-enters
+ * until the CQE is posted). The /dev/p2pdirect file may be a registered file of the ring
  * (IOSQE_FIXED_FILE); @fd stays a file descriptor of the submitting process.
  * IORING_OP_ASYNC_CANCEL finds no command issued inline (-ENOENT);
  * one waiting for a worker is cancelled before it starts (-ECANCELED); the

@@ -1075,14 +1075,16 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             runs.push(run_one(&ctx, *path, wl, secs));
         }
     }
-    // Every round's IOPS, in the order the rounds ran, for the JSON: the
-    // spread of a run, and ratios taken round by round.
-    let round_iops: Vec<Vec<f64>> = all
-        .iter()
-        .filter(|runs| !runs.is_empty())
-        .map(|runs| runs.iter().map(Res::iops).collect())
-        .collect();
-    let rs: Vec<Res> = all.into_iter().filter_map(median).collect();
+    // Each run's median round, with every round's IOPS in the order the
+    // rounds ran (for the JSON: the spread of a run, and ratios taken round
+    // by round).
+    let (rs, round_iops): (Vec<Res>, Vec<Vec<f64>>) = all
+        .into_iter()
+        .filter_map(|runs| {
+            let each = runs.iter().map(Res::iops).collect();
+            median(runs).map(|r| (r, each))
+        })
+        .unzip();
     let ratios = ratios(&rs, threads, &qds);
 
     // With --json, stdout holds the JSON document alone; the table goes to

@@ -6,7 +6,8 @@
 //! 2. `p2pdma-user`: any user mapping backed by P2PDMA pages of another
 //!    provider (an mmap of a device's sysfs `p2pmem/allocate`, or a GPU
 //!    driver that maps its BAR as P2PDMA pages). Claims a range whose first
-//!    page is P2PDMA memory; pinning then requires every page to be.
+//!    page is P2PDMA memory (`EFAULT` if the range runs out of that
+//!    mapping); pinning then requires every page to be.
 //!
 //! Ordinary RAM is declined by both.
 
@@ -138,11 +139,22 @@ impl Client for P2pdmaUserClient {
     }
 
     fn acquire(&self, range: UserRange) -> Result<Option<KBox<dyn Context>>> {
-        if ffi::user_addr_is_p2pdma(range.addr)? {
-            context(range, None)
-        } else {
-            Ok(None)
+        if !ffi::user_addr_is_p2pdma(range.addr)? {
+            return Ok(None);
         }
+        // As for p2pdirect's own mappings: a range that runs out of its
+        // mapping (into other memory, or into another mapping of P2PDMA
+        // pages) is refused, whatever the pages beyond are.
+        if !crate::sys::vma::in_one_mapping(range.addr, range.size) {
+            refuse!(
+                EFAULT,
+                "{:#x}+{:#x} runs out of its P2PDMA mapping (into other memory or another \
+                 mapping)\n",
+                range.addr,
+                range.size
+            );
+        }
+        context(range, None)
     }
 }
 

@@ -609,21 +609,23 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
         return Err(EINVAL);
     }
     let mut len = req.size.min(MAX_RW_COUNT);
-    if file.is_bdev() {
-        // pread/pwrite on a block device: reads stop at its end, writes
-        // past it fail.
-        if req.file_offset >= lim.size {
-            return if req.write {
-                Err(ENOSPC)
-            } else {
-                Ok(Planned::Done(Done::default()))
-            };
-        }
+    // pread/pwrite on a block device: reads stop at its end, writes past it
+    // fail, once the memory is found good (as for a file, whose end the
+    // file system finds after that).
+    let past_end = file.is_bdev() && req.file_offset >= lim.size;
+    if file.is_bdev() && !past_end {
         len = len.min(lim.size - req.file_offset);
         // read(2)/write(2)'s own checks and hooks (LSM, fanotify).
         file.rw_verify(req.file_offset, len, req.write)?;
     }
     let mem = resolve_memory(me, req, &lim)?;
+    if past_end {
+        return if req.write {
+            Err(ENOSPC)
+        } else {
+            Ok(Planned::Done(Done::default()))
+        };
+    }
     let provider = mem.pages.provider();
     keys.provider = Some(provider);
     // A registration counts its pinned bytes itself.

@@ -218,6 +218,23 @@ pub(crate) fn lookup<T: DeviceMapping>(addr: u64, len: u64) -> Lookup<T> {
     }
 }
 
+/// Whether `[addr, addr + len)` of the calling process lies in one mapping
+/// (one VMA), whatever maps it.
+pub(crate) fn in_one_mapping(addr: u64, len: u64) -> bool {
+    let (Ok(start), Some(Ok(end))) = (
+        usize::try_from(addr),
+        addr.checked_add(len).map(usize::try_from),
+    ) else {
+        return false;
+    };
+    let task = kernel::current!();
+    let Some(mm) = task.mm() else {
+        return false;
+    };
+    let guard = mm.mmap_read_lock();
+    guard.vma_lookup(start).is_some_and(|vma| end <= vma.end())
+}
+
 /// The file offset (in bytes) that `vma` maps.
 pub(crate) fn vma_offset(vma: &VmaNew) -> u64 {
     // SAFETY: `vma` is a valid VMA under setup; `vm_pgoff` is set.

@@ -599,6 +599,11 @@ TEST_F(dm, z_device_removal_revokes_mappings)
 	q.id = reg.id;
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REG_QUERY, &q));
 	EXPECT_EQ((__u32)P2PDIRECT_REG_DEAD, q.state);
+	/* The allocation is revoked: no new mapping of it until it is freed. */
+	errno = 0;
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd,
+				   a.mmap_offset));
+	EXPECT_EQ(ENODEV, errno);
 
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
 	EXPECT_EQ(-ENODEV, do_alloc(self->fd, self->gpu[1]->index, 4096, 0, &a));

@@ -216,6 +216,48 @@ TEST_F(pm, p2pdma_user_client_maps_sysfs_p2pmem)
 	free(r);
 }
 
+/*
+ * A range that starts in a sysfs p2pmem mapping and runs out of it is
+ * refused with EFAULT, as for p2pdirect's own mappings (since ABI 1.11;
+ * before, one running into another P2PDMA mapping was taken): into a second
+ * p2pmem mapping put right after it, and into RAM. Inside it, it goes.
+ */
+TEST_F(pm, p2pdma_user_range_out_of_its_mapping)
+{
+	struct probe_result *r = calloc(1, sizeof(*r));
+	char path[PATH_MAX + 32];
+	char *m, *tail;
+	int pfd;
+
+	ASSERT_NE(NULL, r);
+	ASSERT_NE(NULL, self->cmb) TH_LOG("the NVMe CMB is not published");
+	snprintf(path, sizeof(path), "%s/p2pmem/allocate", self->sw_pci);
+	pfd = open(path, O_RDWR);
+	ASSERT_GE(pfd, 0) TH_LOG("open %s: %s", path, strerror(errno));
+	m = mmap(NULL, MiB + 4096, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+	ASSERT_NE(MAP_FAILED, m) TH_LOG("mmap %s: %s", path, strerror(errno));
+	/* Its last page replaced by a mapping of its own. */
+	tail = mmap(m + MiB, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, pfd, 0);
+	ASSERT_EQ(m + MiB, tail) TH_LOG("mmap %s: %s", path, strerror(errno));
+	probe(self->fd, m, MiB, self->sw, r);
+	EXPECT_EQ(0, r->err) TH_LOG("inside: %s", strerror(r->err));
+	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_P2PDMA_USER, r->req.client);
+	probe(self->fd, m + MiB - 4096, 8192, self->sw, r);
+	EXPECT_EQ(EFAULT, r->err) TH_LOG("into the next p2pmem mapping: %s", strerror(r->err));
+	probe(self->fd, tail, 4096, self->sw, r);
+	EXPECT_EQ(0, r->err) TH_LOG("the second mapping alone: %s", strerror(r->err));
+	/* And RAM in its place. */
+	tail = mmap(m + MiB, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+		    -1, 0);
+	ASSERT_EQ(m + MiB, tail);
+	tail[0] = 1;
+	probe(self->fd, m + MiB - 4096, 8192, self->sw, r);
+	EXPECT_EQ(EFAULT, r->err) TH_LOG("into RAM: %s", strerror(r->err));
+	munmap(m, MiB + 4096);
+	close(pfd);
+	free(r);
+}
+
 /* A range that runs from device memory into RAM is not device memory. */
 TEST_F(pm, range_past_the_mapping)
 {

@@ -447,6 +447,19 @@ TEST_F(st, raw_end_of_device)
 	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, MiB, size, 0, &out));
 	EXPECT_EQ(0u, out.bytes);
 	EXPECT_EQ(-ENOSPC, rw(self->dev, true, fd, 0, (uintptr_t)b.p, MiB, size, 0, NULL));
+	/*
+	 * There, and past it, the memory is checked first (since ABI 1.11), as
+	 * before a transfer and as for a file: host memory, an unknown
+	 * registration.
+	 */
+	for (int w = 0; w < 2; w++) {
+		__u64 at = size + w * MiB;
+
+		EXPECT_EQ(-ENXIO, rw(self->dev, w, fd, 0, (uintptr_t)&size & ~4095ull, 4096, at,
+				     0, NULL));
+		EXPECT_EQ(-ENOENT, rw(self->dev, w, fd, P2PDIRECT_IO_REGISTERED, 12345, 4096, at,
+				      0, NULL));
+	}
 	close(fd);
 	EXPECT_EQ(0u, nonzero(b.p + 8 * KiB, MiB - 8 * KiB));
 	rec_zero(&b, 8 * KiB, MiB - 8 * KiB);

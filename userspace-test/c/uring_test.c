@@ -546,12 +546,40 @@ static int small_sqe_res(int dev)
 }
 
 /* Every bad input gets its errno in the CQE, as the ioctls give it. */
+/*
+ * Sets the SQE field @i of those a READ/WRITE command does not use: ioprio,
+ * addr, len, buf_index, file_index.
+ */
+static void set_unused_sqe_field(struct io_uring_sqe *sqe, unsigned int i)
+{
+	switch (i) {
+	case 0:
+		sqe->ioprio = 1;
+		break;
+	case 1:
+		sqe->addr = 1ull << 63;
+		break;
+	case 2:
+		sqe->len = 4096;
+		break;
+	case 3:
+		sqe->buf_index = 1;
+		break;
+	default:
+		sqe->file_index = 1u << 31;
+		break;
+	}
+}
+
 TEST_F(ur, errors_in_cqes)
 {
 	struct gpu *g = &self->gpu[0];
 	__u64 a = (uintptr_t)g->map;
 	void *ram = aligned_alloc(4096, 64 * KiB);
+	/* Of the 40 reserved bytes after the argument (see the header). */
+	static const unsigned int reserved[] = { 0, 7, 8, 31, 32, 39 };
 	struct io_uring_sqe *sqe;
+	unsigned int i;
 	struct done d;
 	int ro;
 
@@ -579,16 +607,31 @@ TEST_F(ur, errors_in_cqes)
 	ASSERT_EQ(1, io_uring_submit(&self->ring));
 	ASSERT_EQ(0, reap(&self->ring, 1, &d));
 	EXPECT_EQ(-ENOTTY, d.res);
-	sqe = prep(&self->ring, self->dev, 0, self->ns1, 0, a, 4096, 0, 0, 0);
-	cmd_area(sqe)[sizeof(struct p2pdirect_uring_io) + 3] = 1;
-	ASSERT_EQ(1, io_uring_submit(&self->ring));
-	ASSERT_EQ(0, reap(&self->ring, 1, &d));
-	EXPECT_EQ(-EINVAL, d.res);
+	/* Each reserved byte on its own: first, either side of a word, last. */
+	for (i = 0; i < ARRAY_SIZE(reserved); i++) {
+		sqe = prep(&self->ring, self->dev, 0, self->ns1, 0, a, 4096, 0, 0, 0);
+		cmd_area(sqe)[sizeof(struct p2pdirect_uring_io) + reserved[i]] = 0x80;
+		ASSERT_EQ(1, io_uring_submit(&self->ring));
+		ASSERT_EQ(0, reap(&self->ring, 1, &d));
+		EXPECT_EQ(-EINVAL, d.res);
+	}
 	sqe = prep(&self->ring, self->dev, 0, self->ns1, 0, a, 4096, 0, 0, 0);
 	sqe->uring_cmd_flags = IORING_URING_CMD_FIXED;
 	ASSERT_EQ(1, io_uring_submit(&self->ring));
 	ASSERT_EQ(0, reap(&self->ring, 1, &d));
 	EXPECT_EQ(-EINVAL, d.res);
+	/* The SQE fields the command does not use (since ABI 1.11), one by one. */
+	for (i = 0; i < 5; i++) {
+		sqe = prep(&self->ring, self->dev, 0, self->ns1, 0, a, 4096, 0, 0, 0);
+		set_unused_sqe_field(sqe, i);
+		ASSERT_EQ(1, io_uring_submit(&self->ring));
+		ASSERT_EQ(0, reap(&self->ring, 1, &d));
+		EXPECT_EQ(-EINVAL, d.res);
+	}
+	/* With them all 0 the command goes (the bytes the COMPAT READ above put there). */
+	EXPECT_EQ(4096, one(&self->ring, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, a, 4096, 0,
+			    0).res);
+	EXPECT_EQ(0ull, fill_diff(g->map, 64 * KiB, 0, 4));
 
 	/* A ring with 64-byte SQEs has no room for the argument. */
 	EXPECT_EQ(-EINVAL, small_sqe_res(self->dev));
@@ -662,6 +705,10 @@ TEST_F(ur, errors_match_the_ioctls)
 	BOTH(-EFAULT, 0, self->ns1, 0, a + BUF - 4096, 8192, OWN, 0);
 	BOTH(-ENOSPC, 1, self->ns1, 0, a, 4096, end, 0);
 	BOTH(0, 0, self->ns1, 0, a, 4096, end, 0);
+	/* At the end the memory is still checked (since 1.11). */
+	BOTH(-ENOENT, 0, self->ns1, P2PDIRECT_IO_REGISTERED, 12345, 4096, end, 0);
+	BOTH(-ENOENT, 1, self->ns1, P2PDIRECT_IO_REGISTERED, 12345, 4096, end + MiB, 0);
+	BOTH(-EFAULT, 1, self->ns1, 0, a + BUF - 4096, 8192, end, 0);
 
 	/* A registration without REG_WRITE, and a range past its end. */
 	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &reg));
@@ -996,6 +1043,62 @@ TEST_F(ur, async_cancel_leaves_started_commands)
 	rec_gpu(g1, 0, len, seed, pos);
 	EXPECT_EQ(0ull, fill_diff(g1->map, len, pos, seed));
 	rec_dma(g1, pos, len, "read");
+}
+
+/*
+ * A command waiting for io_uring's worker is cancelled before it starts. With
+ * one worker (IORING_REGISTER_IOWQ_MAX_WORKERS), a COMPAT READ of NSID 4
+ * [0, 8 MiB) into GPU 1 [0, 8 MiB) keeps it busy (a bounce of 8 MiB) while a
+ * second, of NSID 4's first 64 KiB into GPU 1 [8 MiB, + 64 KiB), waits for
+ * it; an IORING_OP_ASYNC_CANCEL of the second, submitted right after, finds
+ * it waiting: the cancel gets 0, the command -ECANCELED and its memory stays
+ * zero, and the first moves its bytes. The memory is then zeroed again, for
+ * the host's replay.
+ */
+TEST_F(ur, async_cancel_of_a_command_waiting_for_a_worker)
+{
+	struct gpu *g = &self->gpu[1];
+	__u64 big = 8 * MiB, small = 64 * KiB, zeros = 0;
+	unsigned int workers[2] = { 1, 1 };
+	int first = 1, second = 1, cancel = 1;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	struct io_uring r;
+
+	memset(g->map, 0, big + small);
+	ASSERT_EQ(0, io_uring_queue_init(8, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32));
+	ASSERT_EQ(0, io_uring_register_iowq_max_workers(&r, workers));
+	prep(&r, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)g->map, big, 0, 0, 1);
+	prep(&r, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)g->map, small, 0, big,
+	     2);
+	ASSERT_EQ(2, io_uring_submit(&r));
+	sqe = io_uring_get_sqe(&r);
+	ASSERT_NE(NULL, sqe);
+	memset(sqe, 0, 2 * sizeof(*sqe));
+	io_uring_prep_cancel64(sqe, 2, 0);
+	sqe->user_data = 3;
+	ASSERT_EQ(1, io_uring_submit(&r));
+	for (int i = 0; i < 3; i++) {
+		ASSERT_EQ(0, io_uring_wait_cqe(&r, &cqe));
+		if (cqe->user_data == 1)
+			first = cqe->res;
+		else if (cqe->user_data == 2)
+			second = cqe->res;
+		else
+			cancel = cqe->res;
+		io_uring_cqe_seen(&r, cqe);
+	}
+	io_uring_queue_exit(&r);
+	EXPECT_EQ(0, cancel) TH_LOG("cancel: %s", strerror(-cancel));
+	EXPECT_EQ(-ECANCELED, second) TH_LOG("the waiting READ: %d", second);
+	EXPECT_EQ((int)big, first) TH_LOG("the running READ: %d", first);
+	EXPECT_EQ(0ull, fill_diff(g->map, big, 0, 4));
+	for (__u64 i = 0; i < small; i++)
+		zeros += g->map[big + i] == 0;
+	EXPECT_EQ(small, zeros);
+	memset(g->map, 0, big + small);
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
+	       (unsigned long long)g->a.provider_offset, (unsigned long long)(big + small));
 }
 
 /*

@@ -13,8 +13,8 @@
  *    zero on output;
  *  - new behaviour gets a new command number or flag; the ABI major changes
  *    only when an existing command changes meaning, the minor when commands,
- *    flags or documented behaviours are added (1.6, 1.7 and 1.10 added
- *    behaviours and no command).
+ *    flags or documented behaviours are added (1.6, 1.7, 1.10 and 1.11
+ *    added behaviours and no command).
  *
  * Errors common to every command:
  *  -ENOTTY  unknown command, or a known command number with a wrong size or
@@ -48,6 +48,16 @@
  * names the stacking limits 1.7 introduced (P2PDIRECT_STACK_MAX_DEPTH,
  * P2PDIRECT_STACK_MAX_LEGS), whose values are unchanged.
  *
+ * ABI 1.11 (no new command, same structs): io_uring READ and WRITE refuse
+ * a command whose SQE sets a field they do not use (ioprio, addr, len,
+ * buf_index, file_index) with -EINVAL, as they refuse reserved bytes, so
+ * that a later minor can give these fields a meaning; before, they were
+ * ignored. READ and WRITE at or past the end of a raw block device check
+ * their memory first, as everywhere else (see struct p2pdirect_io). A range
+ * that starts in another provider's P2PDMA mapping and runs out of it gets
+ * -EFAULT, as one in a p2pdirect mapping does (see struct
+ * p2pdirect_register).
+ *
  * ABI 1.9 adds P2PDIRECT_IOC_EXPORT_DMABUF: device memory as a P2P dma-buf
  * for other drivers (RDMA NICs: ibv_reg_dmabuf_mr).
  *
@@ -76,7 +86,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 10
+#define P2PDIRECT_ABI_MINOR 11
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -281,7 +291,9 @@ struct p2pdirect_dma_seg {
  * is not a block device; -ENODEV no PCI device under @fd (a loop device, a
  * RAM disk; a stacked device whose legs are all gone); -ELOOP, -E2BIG a
  * stacked device more than P2PDIRECT_STACK_MAX_DEPTH levels deep or over
- * P2PDIRECT_STACK_MAX_LEGS legs (since 1.7);
+ * P2PDIRECT_STACK_MAX_LEGS legs (since 1.7); -EOPNOTSUPP memory of another
+ * module's client (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only) for a
+ * stacked device, whose legs are checked on the pages;
  * -EINVAL size 0, a wrapping range, unknown flags, pad.
  */
 struct p2pdirect_dma_probe {
@@ -317,7 +329,11 @@ struct p2pdirect_dma_probe {
  *
  * A range must lie in one mapping: one that starts in a p2pdirect mapping and
  * runs past its end (into RAM, another allocation, or another provider's
- * mapping) is refused with -EFAULT, here and by DMA_PROBE, READ and WRITE.
+ * mapping) is refused with -EFAULT, here and by DMA_PROBE, READ and WRITE;
+ * so is one that starts in another provider's P2PDMA mapping (a sysfs
+ * p2pmem mapping) and runs out of it (since ABI 1.11; before, such a range
+ * running into RAM gave -ENXIO and one running into another P2PDMA mapping
+ * was taken).
  *
  * Errors: -ENXIO not device memory (no client claims it); -EEXIST this file
  * already has a live registration of exactly this range; -EDQUOT the file would pin more
@@ -397,7 +413,9 @@ struct p2pdirect_reg_id {
  * Partial transfers follow pread/pwrite: a READ at or past the end of the
  * file or device moves 0 bytes, one that crosses it stops there (@bytes <
  * @size); a WRITE to a file may extend it, one past the end of a block device
- * fails with -ENOSPC. When the device fails part of a transfer, @bytes is
+ * fails with -ENOSPC. The memory is checked first either way (since ABI
+ * 1.11; before, a raw block device's end was tested first, so bad memory
+ * there gave 0 bytes or -ENOSPC instead of its error). When the device fails part of a transfer, @bytes is
  * the length of the part from @file_offset that completed without error and
  * the call succeeds if that is not 0 (else it returns the error, e.g. -EIO);
  * memory and blocks after that point may or may not have been written.
@@ -566,12 +584,17 @@ struct p2pdirect_stats {
  * the struct once, at submission. The 40 bytes of the command area after
  * it are reserved and must be zero, and sqe->uring_cmd_flags must be 0
  * (no IORING_URING_CMD_FIXED: memory is named by @addr, as for the ioctls).
+ * The SQE fields the command does not use must be zero too (since ABI
+ * 1.11): ioprio, addr, len, buf_index and file_index (splice_fd_in,
+ * addr_len): clear the whole 128-byte SQE before filling it in. The
+ * other fields are io_uring's own (opcode, flags, fd, user_data,
+ * personality).
  *
  * The same checks, flags and errors as P2PDIRECT_IOC_READ/WRITE hold (the
  * fd is looked up in the submitting process; the open mode of the
  * /dev/p2pdirect file applies as for the ioctls: -EBADF on O_RDONLY), plus:
  *  -EINVAL  the ring does not use 128-byte SQEs, reserved bytes not zero,
- *           uring_cmd_flags set;
+ *           uring_cmd_flags set, an unused SQE field set (since 1.11);
  *  -EBUSY   the /dev/p2pdirect file already has
  *           P2PDIRECT_URING_MAX_INFLIGHT commands in flight. A transfer
  *           holds its place from its issue until its CQE is posted (from

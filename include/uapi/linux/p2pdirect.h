@@ -410,9 +410,11 @@ struct p2pdirect_reg_id {
  * P2PDIRECT_IO_COMPAT is set, in which case the data goes through host memory
  * and is counted in @bounce_bytes.
  *
- * Partial transfers follow pread/pwrite: a READ at or past the end of the
- * file or device moves 0 bytes, one that crosses it stops there (@bytes <
- * @size); a WRITE to a file may extend it, one past the end of a block device
+ * Partial transfers follow pread/pwrite: one call moves at most
+ * MAX_RW_COUNT bytes (2 GiB - 4 KiB), the rest is left (@bytes < @size;
+ * the memory is still checked for all of @size); a READ at or past the end
+ * of the file or device moves 0 bytes, one that crosses it stops there
+ * (@bytes < @size); a WRITE to a file may extend it, one past the end of a block device
  * fails with -ENOSPC. The memory is checked first either way (since ABI
  * 1.11; before, a raw block device's end was tested first, so bad memory
  * there gave 0 bytes or -ENOSPC instead of its error). When the device fails part of a transfer, @bytes is

@@ -423,9 +423,8 @@ fn uring_cmd(me: &OpenFile, file: &File, cmd: &mut UringCmd) -> Result<i32> {
     if sqe != SqeFields::default() {
         refuse!(
             EINVAL,
-            "io_uring READ/WRITE: sqe->ioprio, addr, len, buf_index and file_index are not \
-             used and must be 0 (they are {}, {:#x}, {}, {}, {})\n",
-            sqe.ioprio,
+            "io_uring READ/WRITE: sqe->addr, len, buf_index and file_index are not used and \
+             must be 0 (they are {:#x}, {}, {}, {})\n",
             sqe.addr,
             sqe.len,
             sqe.buf_index,

@@ -22,8 +22,8 @@
 
 /* What rust/sys/uring_cmd.rs relies on, checked against the headers. */
 #define SQEO(f, off) (offsetof(struct io_uring_sqe, f) == (off))
-static_assert(offsetof(struct io_kiocb, cmd) == 0 && SQEO(cmd, 48) && SQEO(ioprio, 2) &&
-	      SQEO(addr, 16) && SQEO(len, 24) && SQEO(buf_index, 40) && SQEO(file_index, 44));
+static_assert(offsetof(struct io_kiocb, cmd) == 0 && SQEO(cmd, 48) && SQEO(addr, 16) &&
+	      SQEO(len, 24) && SQEO(buf_index, 40) && SQEO(file_index, 44));
 static_assert(IO_URING_CMD_TASK_WORK_ISSUE_FLAGS == IO_URING_F_COMPLETE_DEFER);
 
 /*

@@ -37,13 +37,13 @@ const SQE_BYTES: usize = 64;
 const _: () = assert!(core::mem::size_of::<helpers::io_uring_sqe>() == SQE_BYTES);
 
 /// The fields of a command's SQE that io_uring neither reads for
-/// `IORING_OP_URING_CMD` nor checks, left to the driver: `ioprio`, `addr`,
-/// `len`, `buf_index` (read by io_uring only with
-/// `IORING_URING_CMD_FIXED`) and the word at `file_index` (`splice_fd_in`,
-/// `addr_len`). Offsets fixed by the io_uring ABI (checked in the shim).
+/// `IORING_OP_URING_CMD` nor checks, left to the driver: `addr`, `len`,
+/// `buf_index` (read by io_uring only with `IORING_URING_CMD_FIXED`) and the
+/// word at `file_index` (`splice_fd_in`, `addr_len`). (`ioprio` io_uring
+/// refuses itself for these commands.) Offsets fixed by the io_uring ABI
+/// (checked in the shim).
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub(crate) struct SqeFields {
-    pub(crate) ioprio: u16,
     pub(crate) addr: u64,
     pub(crate) len: u32,
     pub(crate) buf_index: u16,
@@ -140,16 +140,16 @@ impl UringCmd {
         let sqe = self.fields().1.cast::<u8>();
         // SAFETY: as in `fields`, the SQE is valid during the issue, and its
         // first 64 bytes are readable; each field lies inside them at its
-        // ABI offset (checked against the header in the shim). Userspace may
-        // write an inline-issued SQE meanwhile: each field is read once, by
-        // value, and only the copy is used.
+        // ABI offset (checked against the header in the shim), aligned for
+        // its type (an SQE, in the ring or in io_uring's copy, is at least
+        // 8-byte aligned: a struct of `u64` fields). Userspace may write an inline-issued SQE meanwhile: each
+        // field is read once, as `READ_ONCE` does, and only the copy is used.
         unsafe {
             SqeFields {
-                ioprio: sqe.add(2).cast::<u16>().read_unaligned(),
-                addr: sqe.add(16).cast::<u64>().read_unaligned(),
-                len: sqe.add(24).cast::<u32>().read_unaligned(),
-                buf_index: sqe.add(40).cast::<u16>().read_unaligned(),
-                file_index: sqe.add(44).cast::<u32>().read_unaligned(),
+                addr: sqe.add(16).cast::<u64>().read_volatile(),
+                len: sqe.add(24).cast::<u32>().read_volatile(),
+                buf_index: sqe.add(40).cast::<u16>().read_volatile(),
+                file_index: sqe.add(44).cast::<u32>().read_volatile(),
             }
         }
     }

@@ -282,8 +282,10 @@ TEST_F(hd, huge_sizes_on_device_memory)
 
 /*
  * A user mapping of another driver's P2PDMA memory (the NVMe CMB through
- * sysfs) with a huge size: the p2pdma-user client would pin it, so the size
- * is capped by max_pinned_mib first (EDQUOT), never a kvmalloc of gigabytes.
+ * sysfs) with a huge size is refused before anything is pinned or allocated,
+ * never a kvmalloc of gigabytes: the range runs out of the mapping (EFAULT,
+ * since ABI 1.11, as for p2pdirect's own mappings; before, max_pinned_mib's
+ * EDQUOT came first), and REGISTER's quota of the file comes before that.
  */
 TEST_F(hd, huge_sizes_on_p2pmem_mapping)
 {
@@ -299,11 +301,10 @@ TEST_F(hd, huge_sizes_on_p2pmem_mapping)
 	ASSERT_NE(MAP_FAILED, m);
 	ns = open(self->ns1, O_RDONLY | O_DIRECT);
 	ASSERT_GE(ns, 0);
-	EXPECT_EQ(-EDQUOT, probe(self->dev, ns, m, 1ull << 40));
-	EXPECT_EQ(-EDQUOT, probe(self->dev, ns, m, PIN_CAP + 4096));
-	EXPECT_EQ(-EDQUOT, io(self->dev, false, ns, 0, (uintptr_t)m, 1ull << 40, 0, &out));
+	EXPECT_EQ(-EFAULT, probe(self->dev, ns, m, 1ull << 40));
+	EXPECT_EQ(-EFAULT, probe(self->dev, ns, m, PIN_CAP + 4096));
+	EXPECT_EQ(-EFAULT, io(self->dev, false, ns, 0, (uintptr_t)m, 1ull << 40, 0, &out));
 	EXPECT_EQ(-EDQUOT, reg(self->dev, m, 1ull << 40, NULL));
-	/* Within the cap it is the pin that fails: the range is not all mapped. */
 	EXPECT_EQ(-EFAULT, probe(self->dev, ns, m, 2 * MiB));
 	EXPECT_EQ(0, probe(self->dev, ns, m, 64 * KiB));
 	close(ns);

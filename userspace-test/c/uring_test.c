@@ -545,10 +545,9 @@ static int small_sqe_res(int dev)
 	return res;
 }
 
-/* Every bad input gets its errno in the CQE, as the ioctls give it. */
 /*
- * Sets the SQE field @i of those a READ/WRITE command does not use: ioprio,
- * addr, len, buf_index, file_index.
+ * Sets the SQE field @i of those a READ/WRITE command does not use: ioprio
+ * (refused by io_uring itself), addr, len, buf_index, file_index.
  */
 static void set_unused_sqe_field(struct io_uring_sqe *sqe, unsigned int i)
 {
@@ -571,6 +570,7 @@ static void set_unused_sqe_field(struct io_uring_sqe *sqe, unsigned int i)
 	}
 }
 
+/* Every bad input gets its errno in the CQE, as the ioctls give it. */
 TEST_F(ur, errors_in_cqes)
 {
 	struct gpu *g = &self->gpu[0];

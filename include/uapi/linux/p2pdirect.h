@@ -49,11 +49,12 @@
  * P2PDIRECT_STACK_MAX_LEGS), whose values are unchanged.
  *
  * ABI 1.11 (no new command, same structs): io_uring READ and WRITE refuse
- * a command whose SQE sets a field they do not use (ioprio, addr, len,
- * buf_index, file_index) with -EINVAL, as they refuse reserved bytes, so
- * that a later minor can give these fields a meaning; before, they were
- * ignored. READ and WRITE at or past the end of a raw block device check
- * their memory first, as everywhere else (see struct p2pdirect_io). A range
+ * a command whose SQE sets a field they do not use (addr, len, buf_index,
+ * file_index) with -EINVAL, as they refuse reserved bytes, so that a later
+ * minor can give these fields a meaning; before, they were ignored
+ * (io_uring itself refuses ioprio on these commands, before and since).
+ * READ and WRITE at or past the end of a raw block device look up their
+ * memory first (see struct p2pdirect_io). A range
  * that starts in another provider's P2PDMA mapping and runs out of it gets
  * -EFAULT, as one in a p2pdirect mapping does (see struct
  * p2pdirect_register).
@@ -415,9 +416,12 @@ struct p2pdirect_reg_id {
  * the memory is still checked for all of @size); a READ at or past the end
  * of the file or device moves 0 bytes, one that crosses it stops there
  * (@bytes < @size); a WRITE to a file may extend it, one past the end of a block device
- * fails with -ENOSPC. The memory is checked first either way (since ABI
- * 1.11; before, a raw block device's end was tested first, so bad memory
- * there gave 0 bytes or -ENOSPC instead of its error). When the device fails part of a transfer, @bytes is
+ * fails with -ENOSPC. The memory is looked up first either way (since ABI
+ * 1.11; before, a raw block device's end was tested first): an unknown,
+ * stale or too short registration, a READ into one without REG_WRITE, a
+ * pointer to RAM, out of its mapping or over max_pinned_mib get their error
+ * there too; whether the device can reach the memory is not asked for a
+ * transfer of 0 bytes. When the device fails part of a transfer, @bytes is
  * the length of the part from @file_offset that completed without error and
  * the call succeeds if that is not 0 (else it returns the error, e.g. -EIO);
  * memory and blocks after that point may or may not have been written.
@@ -587,10 +591,10 @@ struct p2pdirect_stats {
  * it are reserved and must be zero, and sqe->uring_cmd_flags must be 0
  * (no IORING_URING_CMD_FIXED: memory is named by @addr, as for the ioctls).
  * The SQE fields the command does not use must be zero too (since ABI
- * 1.11): ioprio, addr, len, buf_index and file_index (splice_fd_in,
- * addr_len): clear the whole 128-byte SQE before filling it in. The
- * other fields are io_uring's own (opcode, flags, fd, user_data,
- * personality).
+ * 1.11): addr, len, buf_index and file_index (splice_fd_in, addr_len);
+ * io_uring itself refuses ioprio (-EINVAL): clear the whole 128-byte SQE
+ * before filling it in. The other fields are io_uring's own (opcode,
+ * flags, fd, user_data, personality).
  *
  * The same checks, flags and errors as P2PDIRECT_IOC_READ/WRITE hold (the
  * fd is looked up in the submitting process; the open mode of the

@@ -142,8 +142,9 @@ impl UringCmd {
         // first 64 bytes are readable; each field lies inside them at its
         // ABI offset (checked against the header in the shim), aligned for
         // its type (an SQE, in the ring or in io_uring's copy, is at least
-        // 8-byte aligned: a struct of `u64` fields). Userspace may write an inline-issued SQE meanwhile: each
-        // field is read once, as `READ_ONCE` does, and only the copy is used.
+        // 8-byte aligned: a struct of `u64` fields). Userspace may write an
+        // inline-issued SQE meanwhile: each field is read once, as
+        // `READ_ONCE` does, and only the copy is used.
         unsafe {
             SqeFields {
                 addr: sqe.add(16).cast::<u64>().read_volatile(),

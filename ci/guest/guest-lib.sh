@@ -249,6 +249,64 @@ p2pd_info_stacked() {
 	grep -o "{\"device\":\"$(dm_blk p2pdeep5)\",\"kind\":\"[^\"]*\",\"legs\":\[[^]]*\],\"unreachable_legs\":\[[^]]*\],\"refused\":[^}]*}" \
 		/tmp/info.json | grep -q '"refused":"more than 4 levels of stacking (ELOOP)"}$'
 }
+p2pd_stats_json() {
+	p2pd_json stats || return 1
+	grep -q '"kind":"block","device":"[0-9]*:[0-9]*","name":"nvme[0-9]*n[0-9]*"' /tmp/json.out ||
+		{ head -c 600 /tmp/json.out; return 1; }
+}
+p2pd_info_json() {
+	p2pd_json info || return 1
+	grep -q '"bytes_free":[0-9]*,"bytes_used":[0-9]*,' /tmp/json.out || { head -c 600 /tmp/json.out; return 1; }
+}
+# verify --records --json: the records are inside the one JSON document,
+# not printed before it. NSID 1 [60, 62) MiB: in the bench's read region,
+# which no check of the NVMe trace looks at; before the recorded verify.
+p2pd_verify_json() {
+	p2pd_json verify --dev "$(ns_dev 1)" --offset 60M --size 1M --records || return 1
+	cat /tmp/json.out
+	grep -q '"ok":true' /tmp/json.out &&
+		grep -q '"records":\["# HOSTCHECK gpu=[^"]* len=1048576 ' /tmp/json.out
+}
+# verify allocates its device memory (2 x --size) before it writes the
+# namespace: 2 x 40 MiB do not fit a 64 MiB GPU, so it fails with that
+# reason and NSID 1 [128, 208) MiB keeps its bytes.
+p2pd_verify_no_memory() {
+	before=$(dd if="$(ns_dev 1)" bs=4096 skip=$((128 << 8)) count=1 iflag=direct 2>/dev/null | md5sum)
+	/tests/p2pd verify --dev "$(ns_dev 1)" --gpu 0 --offset 128M --size 40M 2>/tmp/err
+	rc=$?
+	cat /tmp/err
+	after=$(dd if="$(ns_dev 1)" bs=4096 skip=$((128 << 8)) count=1 iflag=direct 2>/dev/null | md5sum)
+	[ $rc -eq 1 ] && grep -q 'ALLOC 83886080 bytes (2 x --size) on provider 0' /tmp/err &&
+		[ "$before" = "$after" ] || { echo "namespace changed: $before -> $after"; return 1; }
+}
+# bench --out to a path that cannot be written: refused before any run.
+p2pd_bench_bad_out() {
+	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 1 \
+		--only 'p2pdirect seq-read-4K' --json --out /nonexistent/b.json >/tmp/bench.out 2>/tmp/err
+	rc=$?
+	cat /tmp/bench.out /tmp/err
+	[ $rc -eq 1 ] && grep -q '^p2pd: /nonexistent/b.json: No such file or directory' /tmp/err &&
+		[ ! -s /tmp/bench.out ] && ! grep -q '^seq-read-4K ' /tmp/err
+}
+# --threads 1: the 4 KiB runs once each, no "-t1" run, no target for one;
+# --qd 8,8 runs QD 8 once.
+p2pd_bench_one_thread() {
+	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 1 \
+		--threads 1 --qd 8,8 --only 'p2pdirect rand-read-4K' --only 'p2pdirect-uring rand-read-4K' \
+		>/tmp/bench.out 2>&1 || { cat /tmp/bench.out; return 1; }
+	cat /tmp/bench.out
+	[ "$(grep -c '^rand-read-4K  *p2pdirect ' /tmp/bench.out)" -eq 1 ] &&
+		[ "$(grep -c '^rand-read-4K-qd8  *p2pdirect-uring ' /tmp/bench.out)" -eq 1 ] &&
+		! grep -q -- '-t1' /tmp/bench.out
+}
+# An option the command does not take is refused before its value is
+# looked at.
+p2pd_foreign_option_value() {
+	/tests/p2pd stats --qd 0 2>/tmp/err
+	[ $? -eq 2 ] && grep -q 'stats does not take --qd' /tmp/err || { cat /tmp/err; return 1; }
+	/tests/p2pd version --size 1T 2>/tmp/err
+	[ $? -eq 2 ] && grep -q 'version does not take --size' /tmp/err
+}
 p2pd_bad() { ! /tests/p2pd verify --dev /dev/nonexistent 2>/tmp/err && grep -q 'not an NVMe namespace' /tmp/err; }
 # The io_uring paths of the benchmark (reads only) at two queue depths: each
 # run row is there, with no error, and the JSON carries the queue depth. It
@@ -324,18 +382,26 @@ p2pd_suite() {
 	n=0
 	fails=0
 	check "p2pd info: providers, namespaces, reachability matrix" p2pd_info_matrix
-	check "p2pd info --json is one JSON document" p2pd_json info
+	check "p2pd info --json is one JSON document, providers with bytes_free and bytes_used" \
+		p2pd_info_json
 	check "p2pd bench --qd 1,8 --only uring: the io_uring paths at each depth" p2pd_bench_uring
 	# The bench runs allocate (and zero) device memory: before verify, whose
 	# data in device memory the host checks.
 	check "p2pd bench --json: stdout is the JSON alone, the table on stderr, every round's IOPS" p2pd_bench_json
 	check "p2pd bench with a failed run: its error row, exit 1" p2pd_bench_failed_run
+	check "p2pd bench --out to a path that cannot be written: refused before any run" p2pd_bench_bad_out
+	check "p2pd bench --threads 1 --qd 8,8: each run once, no -t1 run" p2pd_bench_one_thread
+	check "p2pd verify --records --json: the records inside the one JSON document" p2pd_verify_json
+	check "p2pd verify without device memory for it: refused before the namespace is written" \
+		p2pd_verify_no_memory
 	check "p2pd verify: 8 MiB NVMe -> GPU -> NVMe, every byte" p2pd_verify
-	check "p2pd stats --json is one JSON document" p2pd_json stats
+	check "p2pd stats --json is one JSON document, block rows named" p2pd_stats_json
 	check "p2pd version --json is one JSON document with the ABI" p2pd_version_json
 	check "p2pd bench on a controller without p2pmem: upstream sysfs paths left out, said so" \
 		p2pd_bench_no_p2pmem
 	check "p2pd with an option the command does not take: refused, exit 2" p2pd_foreign_option
+	check "p2pd with an option the command does not take: refused before its value, exit 2" \
+		p2pd_foreign_option_value
 	check "p2pd verify --dev of no namespace: clear error, exit 1" p2pd_bad
 	check "p2pd with an unknown option: usage, exit 2" sh -c '/tests/p2pd info --bogus; [ $? -eq 2 ]'
 	check "p2pd bench --qd 0: clear error, exit 2" p2pd_bad_qd

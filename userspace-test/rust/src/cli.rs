@@ -29,6 +29,23 @@ pub struct Args {
     pub given: Vec<String>,
 }
 
+/// Every option of every command.
+const ALL_OPTIONS: &[&str] = &[
+    "--json",
+    "--reset",
+    "--records",
+    "--dev",
+    "--gpu",
+    "--offset",
+    "--size",
+    "--seconds",
+    "--threads",
+    "--out",
+    "--only",
+    "--rounds",
+    "--qd",
+];
+
 /// The options each command takes (`None`: no such command).
 pub fn options_of(cmd: &str) -> Option<&'static [&'static str]> {
     Some(match cmd {
@@ -77,11 +94,16 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 impl Args {
-    pub fn parse(argv: &[String]) -> Result<Self, String> {
+    /// The options of `cmd`; one it does not take is refused before any
+    /// value is looked at (`stats --qd 0`: "stats does not take --qd").
+    pub fn parse(cmd: &str, argv: &[String]) -> Result<Self, String> {
         let mut a = Args::default();
         let mut it = argv.iter();
         while let Some(opt) = it.next() {
             a.given.push(opt.clone());
+            if ALL_OPTIONS.contains(&opt.as_str()) {
+                a.check_for(cmd)?;
+            }
             let mut val = || it.next().ok_or(format!("{opt} needs a value"));
             match opt.as_str() {
                 "--json" => a.json = true,
@@ -124,7 +146,10 @@ impl Args {
                                 p2pdirect::uring::MAX_INFLIGHT
                             ));
                         }
-                        a.qd.push(n);
+                        // `--qd 4,4` runs QD 4 once.
+                        if !a.qd.contains(&n) {
+                            a.qd.push(n);
+                        }
                     }
                 }
                 _ => return Err(format!("unknown option '{opt}'")),
@@ -159,9 +184,11 @@ impl Args {
         }
         let dev = Device::open().map_err(|e| e.to_string())?;
         let providers = dev.providers().map_err(|e| e.to_string())?;
+        // With `--gpu`, a namespace that provider reaches.
         let reach = |n: &Namespace| {
             providers.iter().any(|p| {
                 p.kind == sys::P2PDIRECT_PROVIDER_BAR
+                    && self.gpu.is_none_or(|g| g == p.index)
                     && p.clients
                         .iter()
                         .any(|c| Some(c.pci_addr) == n.pci && c.distance.is_some())
@@ -169,9 +196,12 @@ impl Args {
         };
         let mut cands: Vec<Namespace> = all.into_iter().filter(reach).collect();
         cands.sort_by_key(|n| n.nsid);
-        cands.into_iter().next().ok_or(
-            "no NVMe namespace is P2P-reachable from a device-memory provider; use --dev".into(),
-        )
+        cands.into_iter().next().ok_or(match self.gpu {
+            Some(g) => format!("no NVMe namespace is P2P-reachable from provider {g}; use --dev"),
+            None => {
+                "no NVMe namespace is P2P-reachable from a device-memory provider; use --dev".into()
+            }
+        })
     }
 
     /// `--gpu`, else the first BAR provider.
@@ -608,5 +638,17 @@ impl Progress {
         } else {
             let _ = writeln!(e, "{bar}");
         }
+    }
+}
+
+/// `size` for a person: bytes, KiB, MiB or GiB, whichever divides it (else
+/// MiB with a fraction).
+pub fn human_bytes(size: u64) -> String {
+    match size {
+        s if s >= 1 << 30 && s.is_multiple_of(1 << 30) => format!("{} GiB", s >> 30),
+        s if s >= 1 << 20 && s.is_multiple_of(1 << 20) => format!("{} MiB", s >> 20),
+        s if s >= 1 << 20 => format!("{:.2} MiB", s as f64 / 1048576.0),
+        s if s >= 1 << 10 && s.is_multiple_of(1 << 10) => format!("{} KiB", s >> 10),
+        s => format!("{s} bytes"),
     }
 }

@@ -126,6 +126,7 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
             o.num("bar_size", p.bar_size as f64);
             o.num("bus_addr", p.bus_addr as f64);
             o.num("bytes_free", p.bytes_free as f64);
+            o.num("bytes_used", p.bytes_used as f64);
             let mut reach = Json::obj();
             for ns in &namespaces {
                 match distance(p, ns) {
@@ -269,6 +270,14 @@ fn stats(dev: &Device, args: &Args) -> Result<(), String> {
                     },
                 );
                 o.str("device", &r.device.to_string());
+                // A block device's name as the text shows it (`null` if
+                // /sys/dev/block does not name it).
+                if let p2pdirect::StatDevice::Block { major, minor } = r.device {
+                    match Namespace::name_of(major, minor) {
+                        Some(n) => o.str("name", &n),
+                        None => o.raw("name", "null"),
+                    }
+                }
                 for (k, v) in [
                     ("reads", r.reads),
                     ("writes", r.writes),
@@ -352,18 +361,43 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
     let gpu = args.gpu(dev)?;
     let size = args.size.unwrap_or(16 << 20);
     let src = args.offset.unwrap_or(40 << 20);
-    let dst = src + size.next_multiple_of(1 << 20);
+    // The data set at `src`, its copy written back at `dst` (the next MiB
+    // boundary after it): both inside the namespace.
+    let dst = size
+        .checked_next_multiple_of(1 << 20)
+        .and_then(|s| src.checked_add(s));
+    let end = dst.and_then(|d| d.checked_add(size));
+    let (Some(dst), Some(end), Ok(len)) = (dst, end, usize::try_from(size)) else {
+        return Err(format!(
+            "--offset {src} and --size {size} do not fit a namespace"
+        ));
+    };
+    if size == 0 {
+        return Err("--size must be more than 0".into());
+    }
+    if end > ns.size {
+        return Err(format!(
+            "{}: [{src}, +{size}) and its copy at {dst} do not fit its {} bytes",
+            ns.name, ns.size
+        ));
+    }
     let seed = 0x600;
+    // Device memory first (twice the size: the READ, then the read-back),
+    // so that nothing is written when there is not enough of it.
+    let mem = size * 2;
+    let a = dev.alloc(gpu.index, mem, 0).map_err(|e| {
+        format!(
+            "ALLOC {mem} bytes (2 x --size) on provider {}: {e}",
+            gpu.index
+        )
+    })?;
+    let m = dev.map(&a).map_err(|e| format!("mmap: {e}"))?;
     let file = ns.open(true, true)?;
     // 1. The data set, from host memory.
-    let mut data = cli::AlignedBuf::new(size as usize)?;
+    let mut data = cli::AlignedBuf::new(len)?;
     fill(data.as_mut(), src, seed);
     cli::pwrite_all(&file, data.as_ref(), src)?;
     // 2. NVMe -> device memory with p2pdirect.
-    let a = dev
-        .alloc(gpu.index, size * 2, 0)
-        .map_err(|e| format!("ALLOC {} bytes on provider {}: {e}", size * 2, gpu.index))?;
-    let m = dev.map(&a).map_err(|e| format!("mmap: {e}"))?;
     let io = Io {
         fd: file.as_raw_fd(),
         memory: Memory::Pointer(m.as_ptr()),
@@ -375,7 +409,7 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
     let t = Instant::now();
     let r = dev.read(&io).map_err(|e| format!("READ: {e}"))?;
     let read_s = t.elapsed().as_secs_f64();
-    let mut got = vec![0u8; size as usize];
+    let mut got = vec![0u8; len];
     m.read(0, &mut got).map_err(|e| e.to_string())?;
     let bad_read = cli::count_diff(&got, data.as_ref());
     // 3. Device memory -> NVMe, and back into the second half.
@@ -394,8 +428,8 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
             ..io
         })
         .map_err(|e| format!("READ back: {e}"))?;
-    m.read(size as usize, &mut got).map_err(|e| e.to_string())?;
-    let mut want = vec![0u8; size as usize];
+    m.read(len, &mut got).map_err(|e| e.to_string())?;
+    let mut want = vec![0u8; len];
     fill(&mut want, src, seed);
     let bad_back = cli::count_diff(&got, &want);
     let ok = bad_read == 0
@@ -405,33 +439,23 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
         && r2.bytes == size
         && r.p2p_bytes == size
         && w.p2p_bytes == size;
-    if args.records {
-        // For the host: what device memory and the namespace must hold, and
-        // that the P2P commands' pointers lay in this GPU's BAR.
-        let bdf = gpu.pci_addr;
-        let off = a.provider_offset;
-        println!(
-            "# HOSTCHECK gpu={bdf} off={off} len={size} ns={} nsoff={src} guard=0",
-            ns.nsid
-        );
-        println!(
-            "# HOSTCHECK gpu={bdf} off={} len={size} ns={} nsoff={dst} guard=0",
-            off + size,
-            ns.nsid
-        );
-        println!(
-            "# NVMECHECK ns={} off={dst} len={size} fill={seed} pos={src}",
-            ns.nsid
-        );
-        println!(
-            "# DMACHECK ns={} off={src} len={size} where=gpu:{bdf} op=read",
-            ns.nsid
-        );
-        println!(
-            "# DMACHECK ns={} off={dst} len={size} where=gpu:{bdf}",
-            ns.nsid
-        );
-    }
+    // For the host: what device memory and the namespace must hold, and
+    // that the P2P commands' pointers lay in this GPU's BAR.
+    let records = if args.records {
+        let (bdf, off, nsid) = (gpu.pci_addr, a.provider_offset, ns.nsid);
+        vec![
+            format!("# HOSTCHECK gpu={bdf} off={off} len={size} ns={nsid} nsoff={src} guard=0"),
+            format!(
+                "# HOSTCHECK gpu={bdf} off={} len={size} ns={nsid} nsoff={dst} guard=0",
+                off + size
+            ),
+            format!("# NVMECHECK ns={nsid} off={dst} len={size} fill={seed} pos={src}"),
+            format!("# DMACHECK ns={nsid} off={src} len={size} where=gpu:{bdf} op=read"),
+            format!("# DMACHECK ns={nsid} off={dst} len={size} where=gpu:{bdf}"),
+        ]
+    } else {
+        Vec::new()
+    };
     let mibs = |s: f64| size as f64 / 1048576.0 / s;
     if args.json {
         let mut j = Json::obj();
@@ -446,11 +470,19 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
             (r.p2p_bytes + w.p2p_bytes + r2.p2p_bytes) as f64,
         );
         j.num("bad_bytes", (bad_read + bad_back) as f64);
+        if args.records {
+            // In the one JSON document, not printed before it.
+            let quoted: Vec<String> = records.iter().map(|r| Json::quote(r)).collect();
+            j.raw("records", &Json::array(&quoted));
+        }
         println!("{}", j.end());
     } else {
+        for r in &records {
+            println!("{r}");
+        }
         println!(
-            "verify: {} MiB, {} [{:#x}] -> GPU {} -> {} [{:#x}] -> GPU",
-            size >> 20,
+            "verify: {}, {} [{:#x}] -> GPU {} -> {} [{:#x}] -> GPU",
+            cli::human_bytes(size),
             ns.name,
             src,
             gpu.pci_addr,
@@ -458,15 +490,15 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
             dst
         );
         println!(
-            "  READ  {:>8.1} MiB/s  p2p {:>5} MiB  {} bytes differ",
+            "  READ  {:>8.1} MiB/s  p2p {:>9}  {} bytes differ",
             mibs(read_s),
-            r.p2p_bytes >> 20,
+            cli::human_bytes(r.p2p_bytes),
             bad_read
         );
         println!(
-            "  WRITE {:>8.1} MiB/s  p2p {:>5} MiB  (read back: {} bytes differ)",
+            "  WRITE {:>8.1} MiB/s  p2p {:>9}  (read back: {} bytes differ)",
             mibs(write_s),
-            w.p2p_bytes >> 20,
+            cli::human_bytes(w.p2p_bytes),
             bad_back
         );
         println!("  {}", if ok { "OK" } else { "FAILED" });
@@ -487,7 +519,7 @@ fn main() -> ExitCode {
         eprintln!("p2pd: unknown command '{cmd}'");
         return usage();
     }
-    let args = match Args::parse(rest).and_then(|a| a.check_for(cmd).map(|()| a)) {
+    let args = match Args::parse(cmd, rest).and_then(|a| a.check_for(cmd).map(|()| a)) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("p2pd: {e}");
@@ -506,9 +538,10 @@ fn main() -> ExitCode {
         }
         _ => return usage(),
     };
+    // Every command first checks that the module speaks the tool's ABI.
     let result = Device::open()
         .map_err(|e| format!("{}: {e}", p2pdirect::DEVICE_PATH))
-        .and_then(|d| run(&d, &args));
+        .and_then(|d| version(&d).and_then(|_| run(&d, &args)));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

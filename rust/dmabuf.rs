@@ -73,6 +73,26 @@ impl DeviceMapping for CpuView {
     }
 }
 
+/// The allocation under `[addr, addr + len)` of the calling process when
+/// that range lies in one CPU mapping of an exported dma-buf (the memory is
+/// the allocation's: it is p2pdirect's own device memory, whose FREE and
+/// removal must reach what pins it); `None` if it is in no such mapping;
+/// `EFAULT` if it runs out of one.
+pub(crate) fn user_range(addr: u64, len: u64) -> Result<Option<Arc<AllocState>>> {
+    match vma::lookup::<CpuView>(addr, len) {
+        vma::Lookup::Elsewhere => Ok(None),
+        vma::Lookup::Inside(view, off) if off.checked_add(len).is_some_and(|e| e <= view.size) => {
+            Ok(Some(view.alloc.clone()))
+        }
+        vma::Lookup::Inside(..) | vma::Lookup::Straddles => refuse!(
+            EFAULT,
+            "{:#x}+{:#x} runs out of a dma-buf mapping of device memory\n",
+            addr,
+            len
+        ),
+    }
+}
+
 impl Exporter for Export {
     fn attach(&self, imp: &Importer<'_>) -> Result {
         if !imp.allows_p2p() {

@@ -2,7 +2,8 @@
 
 //! The built-in peer-memory clients, in the order the registry asks them:
 //! 1. `p2pdirect-devmem`: p2pdirect's own device memory. Claims a range that
-//!    lies in one of its device-memory mappings (direct lookup of the VMA).
+//!    lies in one of its device-memory mappings, or in a CPU mapping of a
+//!    dma-buf exported from one of its allocations (direct lookup of the VMA).
 //! 2. `p2pdma-user`: any user mapping backed by P2PDMA pages of another
 //!    provider (an mmap of a device's sysfs `p2pmem/allocate`, or a GPU
 //!    driver that maps its BAR as P2PDMA pages). Claims a range whose first
@@ -119,8 +120,13 @@ impl Client for DevmemClient {
     }
 
     fn acquire(&self, range: UserRange) -> Result<Option<KBox<dyn Context>>> {
-        match crate::devmem::user_range(range.addr, range.size)? {
-            Some((state, _)) => context(range, Some(state)),
+        // The allocation's own mapping, or a CPU mapping of a dma-buf
+        // exported from it: the same memory, with the same invalidation.
+        if let Some((state, _)) = crate::devmem::user_range(range.addr, range.size)? {
+            return context(range, Some(state));
+        }
+        match crate::dmabuf::user_range(range.addr, range.size)? {
+            Some(state) => context(range, Some(state)),
             None => Ok(None),
         }
     }

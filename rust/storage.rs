@@ -499,6 +499,11 @@ impl TaskWork for AsyncRw<UringIo> {
 /// be given back now).
 fn record(write: bool, keys: &Keys, r: &Result<Done>, start: Instant<Monotonic>) {
     crate::devmem::reap();
+    // The UAPI's `reads` and `writes` count the I/Os that moved data or
+    // failed: one that moved nothing (at or past the end) is not counted.
+    if matches!(r, Ok(d) if d.bytes == 0) {
+        return;
+    }
     let d = r.as_ref().copied().unwrap_or_default();
     crate::stats::table().add(
         &[keys.provider.map(Key::Provider), keys.block.map(Key::Block)],
@@ -610,9 +615,14 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     }
     let mut len = req.size.min(MAX_RW_COUNT);
     // pread/pwrite on a block device: reads stop at its end, writes past it
-    // fail, once the memory is found good (as for a file, whose end the
-    // file system finds after that).
-    let past_end = file.is_bdev() && req.file_offset >= lim.size;
+    // fail, once the memory is found good. A file's READ at or past its end
+    // (its size now, as pread sees it) moves nothing either: no reachability
+    // is asked for it (a file that grows meanwhile is read by the next call).
+    let past_end = if file.is_bdev() {
+        req.file_offset >= lim.size
+    } else {
+        !req.write && req.file_offset >= file.file_size()
+    };
     if file.is_bdev() && !past_end {
         len = len.min(lim.size - req.file_offset);
         // read(2)/write(2)'s own checks and hooks (LSM, fanotify).
@@ -620,6 +630,7 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     }
     let mem = resolve_memory(me, req, &lim)?;
     if past_end {
+        // (Only a block device's WRITE gets here: a file's may extend it.)
         return if req.write {
             Err(ENOSPC)
         } else {

@@ -184,6 +184,9 @@ impl BlockDevice {
         if out.is_empty() {
             return Err(ENODEV);
         }
+        // In name order: the walk finds them in the order the block devices
+        // were added (asynchronous scans), which differs from boot to boot.
+        out.sort_unstable_by(|a, b| a.name.to_bytes().cmp(b.name.to_bytes()));
         Ok(out)
     }
 }

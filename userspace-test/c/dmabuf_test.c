@@ -358,6 +358,66 @@ TEST_F(db, mmap_shares_the_bytes)
 	close(buf);
 }
 
+/*
+ * A CPU mapping of the dma-buf is the allocation's memory: DMA_PROBE and
+ * REGISTER name p2pdirect's own client, and FREE invalidates the
+ * registration (before, the range was taken as another provider's P2PDMA
+ * mapping: the registration stayed live and pinned freed memory).
+ */
+TEST_F(db, registration_on_a_dmabuf_mapping_is_invalidated_by_free)
+{
+	struct p2pdirect_alloc a;
+	struct p2pdirect_register r;
+	struct p2pdirect_reg_id q;
+	struct p2pdirect_dma_probe p;
+	uint8_t *view;
+	__u64 id;
+	int buf;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
+	buf = do_export(self->fd, a.handle, 4 * PAGE, 8 * PAGE, P2PDIRECT_EXPORT_CLOEXEC);
+	ASSERT_GE(buf, 0);
+	view = mmap(NULL, 8 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, buf, 0);
+	ASSERT_NE(MAP_FAILED, view) TH_LOG("mmap dma-buf: %s", strerror(errno));
+	view[0] = 1;
+
+	memset(&p, 0, sizeof(p));
+	p.addr = (uintptr_t)view;
+	p.size = 2 * PAGE;
+	p.fd = -1;
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &p)) TH_LOG("DMA_PROBE: %s", strerror(errno));
+	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_DEVMEM, p.client);
+
+	memset(&r, 0, sizeof(r));
+	r.addr = (uintptr_t)view + PAGE;
+	r.size = 2 * PAGE;
+	r.flags = P2PDIRECT_REG_WRITE;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &r)) TH_LOG("REGISTER: %s", strerror(errno));
+	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_DEVMEM, r.client);
+	id = r.id;
+	memset(&q, 0, sizeof(q));
+	q.id = id;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REG_QUERY, &q));
+	EXPECT_EQ((__u32)P2PDIRECT_REG_LIVE, q.state);
+
+	/* A range that runs past the dma-buf's mapping is refused. */
+	r.addr = (uintptr_t)view + 7 * PAGE;
+	r.size = 2 * PAGE;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &r));
+	EXPECT_EQ(EFAULT, errno);
+
+	/* FREE reaches the registration: dead, its pins gone. */
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	memset(&q, 0, sizeof(q));
+	q.id = id;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REG_QUERY, &q));
+	EXPECT_EQ((__u32)P2PDIRECT_REG_DEAD, q.state);
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DEREGISTER, &q));
+	EXPECT_EQ(SIGBUS, read_faults(view));
+	munmap(view, 8 * PAGE);
+	close(buf);
+}
+
 /* FREE tells the importer at once; later maps and attaches fail. */
 TEST_F(db, free_revokes_the_importer)
 {

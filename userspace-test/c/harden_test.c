@@ -478,6 +478,49 @@ TEST_F(hd, active_swap_device_etxtbsy)
 	EXPECT_EQ(0, sh(cmd));
 }
 
+/*
+ * A READ at or past the end of a file moves 0 bytes, and, as the header
+ * says, does not ask whether the device can reach the memory: a file on a
+ * loop device (whose queue takes no P2PDMA pages) is refused data, but not
+ * its end (before, that READ got EOPNOTSUPP too).
+ */
+TEST_F(hd, file_read_at_eof_asks_no_reachability)
+{
+	char loop[64] = "", cmd[300];
+	struct p2pdirect_io out;
+	struct p2pdirect_alloc a;
+	__u8 *m;
+	int fd;
+
+	ASSERT_EQ(0, sh("dd if=/dev/zero of=/tmp/eof.img bs=1M count=8 2>/dev/null"));
+	ASSERT_EQ(0, new_loop("/tmp/eof.img", loop, sizeof(loop)));
+	snprintf(cmd, sizeof(cmd), "mke2fs -q %s >/dev/null 2>&1", loop);
+	ASSERT_EQ(0, sh(cmd)) TH_LOG("mke2fs %s failed", loop);
+	snprintf(cmd, sizeof(cmd), "mkdir -p /tmp/eofmnt && mount -t ext4 %s /tmp/eofmnt", loop);
+	ASSERT_EQ(0, sh(cmd)) TH_LOG("mount of %s failed", loop);
+	ASSERT_EQ(0, sh("dd if=/dev/zero of=/tmp/eofmnt/f bs=4096 count=2 2>/dev/null && sync"));
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	fd = open("/tmp/eofmnt/f", O_RDONLY | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(-EOPNOTSUPP, io(self->dev, false, fd, 0, (uintptr_t)m, 4096, 0, NULL));
+	for (__u64 at = 8192; at <= MiB; at += MiB - 8192) {
+		memset(&out, 0xff, sizeof(out));
+		EXPECT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 4096, at, &out)) TH_LOG("at %llu",
+											    (unsigned long long)at);
+		EXPECT_EQ(0u, out.bytes);
+		EXPECT_EQ(0u, out.p2p_bytes);
+	}
+	/* The memory is still checked there: host memory is refused. */
+	EXPECT_EQ(-ENXIO, io(self->dev, false, fd, 0, (uintptr_t)cmd & ~4095ull, 4096, 8192, NULL));
+	close(fd);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+	snprintf(cmd, sizeof(cmd), "umount /tmp/eofmnt && losetup -d %s && rm -f /tmp/eof.img", loop);
+	EXPECT_EQ(0, sh(cmd));
+}
+
 /* A read-only block device: write(2) says EPERM, so does WRITE. */
 TEST_F(hd, read_only_block_device_eperm)
 {

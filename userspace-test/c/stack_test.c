@@ -27,8 +27,11 @@
  * call says so and through host memory where it bounced.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,9 +176,47 @@ static int klog_has(const char *needle)
 	return n;
 }
 
+static int not_dot(const struct dirent *d)
+{
+	return d->d_name[0] != '.';
+}
+
+/*
+ * The PCI function (dddd:bb:dd.f) of the first path, in name order, of the
+ * multipath head at $@var: the DMA device READ and WRITE report for it.
+ */
+static int first_path_pci(const char *var, char *pci, size_t len)
+{
+	const char *dev = getenv(var);
+	char path[PATH_MAX], real[PATH_MAX], copy[PATH_MAX];
+	struct dirent **names;
+	int n, ok = 0;
+
+	if (!dev)
+		return 0;
+	snprintf(copy, sizeof(copy), "%s", dev);
+	snprintf(path, sizeof(path), "/sys/block/%s/multipath", basename(copy));
+	n = scandir(path, &names, not_dot, alphasort);
+	if (n <= 0)
+		return 0;
+	/* /sys/block/PATH/device: the controller, a child of its PCI function. */
+	snprintf(path, sizeof(path), "/sys/block/%s/device", names[0]->d_name);
+	if (realpath(path, real)) {
+		char *ctrl_dir = dirname(real);		/* .../dddd:bb:dd.f/nvme */
+
+		snprintf(pci, len, "%s", basename(dirname(ctrl_dir)));
+		ok = 1;
+	}
+	while (n--)
+		free(names[n]);
+	free(names);
+	return ok;
+}
+
 /* Both paths of the head reach the GPU: P2P, bytes where they belong. */
 TEST_F(stk, multipath_all_paths_reachable)
 {
+	char want[64] = "", got[32];
 	struct p2pdirect_io r;
 	int fd = open_env("P2P_MPATH_SW");
 
@@ -186,6 +227,10 @@ TEST_F(stk, multipath_all_paths_reachable)
 	EXPECT_EQ(MiB, r.p2p_bytes);
 	EXPECT_EQ(0ull, r.bounce_bytes);
 	EXPECT_NE(0u, r.dma_pci_addr);
+	/* The DMA device reported is the first path's in name order (the header's word). */
+	ASSERT_TRUE(first_path_pci("P2P_MPATH_SW", want, sizeof(want)));
+	pci_name(r.dma_pci_addr, got, sizeof(got));
+	EXPECT_STREQ(want, got);
 	EXPECT_EQ(0ull, fill_diff(self->map, MiB, 8 * MiB, 5));
 	rec_dma(5, 8 * MiB, MiB, self->bdf, "read");
 

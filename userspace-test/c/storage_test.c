@@ -693,7 +693,7 @@ TEST_F(st, statistics)
 {
 	struct p2pdirect_stat rows[P2PDIRECT_STATS_MAX_ENTRIES], *prov, *blk;
 	struct p2pdirect_stats bad = { .flags = 0x80 };
-	__u64 len = 256 * KiB;
+	__u64 len = 256 * KiB, size;
 	struct p2pdirect_io out;
 	char line[512];
 	struct dbuf b;
@@ -709,6 +709,10 @@ TEST_F(st, statistics)
 	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, 2 * MiB, 0, &out));
 	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, 2 * MiB + len, 0, &out));
 	EXPECT_EQ(-EINVAL, rw(self->dev, false, fd, 0, (uintptr_t)b.p, 100, 0, 0, NULL));
+	/* A READ at the end moves nothing and is not counted (it neither moved data nor failed). */
+	ASSERT_EQ(0, ioctl(fd, BLKGETSIZE64, &size));
+	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, len, size, 0, &out));
+	EXPECT_EQ(0u, out.bytes);
 	rec_ns(&b, 0, len, 1, 2 * MiB + len, 0);
 	rec_dma(1, 2 * MiB, 2 * len, b.g->bdf);
 	n = stats(self->dev, rows, P2PDIRECT_STATS_MAX_ENTRIES, 0);

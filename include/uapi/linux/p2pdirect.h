@@ -235,7 +235,8 @@ struct p2pdirect_free {
 };
 
 /* struct p2pdirect_dma_probe.client: the peer-memory client that claimed the range */
-#define P2PDIRECT_CLIENT_DEVMEM 1	/* p2pdirect's own device memory */
+/* p2pdirect's own device memory: its mappings, and CPU mappings of dma-bufs exported from it */
+#define P2PDIRECT_CLIENT_DEVMEM 1
 #define P2PDIRECT_CLIENT_P2PDMA_USER 2	/* a user mapping of another provider's P2PDMA pages */
 #define P2PDIRECT_CLIENT_EXTERNAL 3	/* a client another module registered (since 1.9) */
 
@@ -385,8 +386,11 @@ struct p2pdirect_reg_id {
  *	system with a block device (ext4, xfs), opened with O_DIRECT and with the
  *	access mode the operation needs (READ: readable, WRITE: writable)
  * @flags: in, P2PDIRECT_IO_*
- * @addr: in, a device pointer (user address of device memory), or with
- *	P2PDIRECT_IO_REGISTERED the id of a registration of this open file
+ * @addr: in, a device pointer (user address of device memory; a multiple of
+ *	the logical block size), or with P2PDIRECT_IO_REGISTERED the id of a
+ *	registration of this open file (whose start address plus @buf_offset
+ *	must then be such a multiple: -EINVAL, after the registration's
+ *	-ERANGE and -EPERM checks)
  * @size: in, bytes to move; a multiple of the logical block size
  * @file_offset: in, byte offset in @fd; a multiple of the logical block size
  * @buf_offset: in, byte offset from @addr (or from the registration's start);
@@ -531,9 +535,11 @@ struct p2pdirect_stat {
  * @pad: zero
  *
  * An entry exists for every provider and block device that has seen I/O
- * since the module loaded, up to P2PDIRECT_STATS_MAX_ENTRIES (since 1.10):
- * devices after that many are not counted (the kernel log says so, rate
- * limited), so an array of that many entries always holds them all.
+ * since the module loaded (a provider also once its memory was pinned: a
+ * REGISTER or a dma-buf importer's mapping, counted in @pinned_bytes), up
+ * to P2PDIRECT_STATS_MAX_ENTRIES (since 1.10): devices after that many are
+ * not counted (the kernel log says so, rate limited), so an array of that
+ * many entries always holds them all.
  * Counters are updated without a lock: each is exact, but entries read
  * while I/O runs may show an I/O in some counters and not yet in others.
  * With P2PDIRECT_STATS_RESET, the entries copied out are reset; those past

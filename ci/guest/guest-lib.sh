@@ -299,6 +299,17 @@ p2pd_bench_one_thread() {
 		[ "$(grep -c '^rand-read-4K-qd8  *p2pdirect-uring ' /tmp/bench.out)" -eq 1 ] &&
 		! grep -q -- '-t1' /tmp/bench.out
 }
+# --gpu naming published memory (the CMB) says so: verify and bench need a
+# BAR provider, whose memory they allocate.
+p2pd_published_gpu() {
+	/tests/p2pd info --json >/tmp/info.json || return 1
+	i=$(grep -o '"index":[0-9]*,"kind":"published"' /tmp/info.json | head -n 1 | tr -dc 0-9)
+	[ -n "$i" ] || { echo "no published provider in: $(head -c 400 /tmp/info.json)"; return 1; }
+	/tests/p2pd verify --gpu "$i" 2>/tmp/err
+	rc=$?
+	cat /tmp/err
+	[ $rc -eq 1 ] && grep -q "provider $i is published memory of .*, not a BAR provider" /tmp/err
+}
 # An option the command does not take is refused before its value is
 # looked at.
 p2pd_foreign_option_value() {
@@ -403,6 +414,8 @@ p2pd_suite() {
 	check "p2pd with an option the command does not take: refused before its value, exit 2" \
 		p2pd_foreign_option_value
 	check "p2pd verify --dev of no namespace: clear error, exit 1" p2pd_bad
+	check "p2pd verify --gpu of published memory: says it is not a BAR provider, exit 1" \
+		p2pd_published_gpu
 	check "p2pd with an unknown option: usage, exit 2" sh -c '/tests/p2pd info --bogus; [ $? -eq 2 ]'
 	check "p2pd bench --qd 0: clear error, exit 2" p2pd_bad_qd
 	say "1..$n"

@@ -209,6 +209,18 @@ impl Args {
         let providers = dev
             .providers()
             .map_err(|e| format!("LIST_PROVIDERS: {e}"))?;
+        if let Some(p) = providers
+            .iter()
+            .find(|p| Some(p.index) == self.gpu && p.kind != sys::P2PDIRECT_PROVIDER_BAR)
+        {
+            return Err(format!(
+                "provider {} is {} memory of {}, not a BAR provider (device memory to \
+                 allocate); see p2pd info",
+                p.index,
+                provider_kind(p.kind),
+                p.pci_addr
+            ));
+        }
         providers
             .into_iter()
             .filter(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)

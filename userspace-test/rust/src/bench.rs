@@ -972,8 +972,9 @@ fn machine_json() -> String {
 }
 
 pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
-    let ns = args.namespace()?;
+    // The provider first: the default namespace is one it reaches.
     let gpu = args.gpu(dev)?;
+    let ns = args.namespace()?;
     let secs = args.seconds.unwrap_or(1.0);
     let threads = args.threads.unwrap_or(4);
     // Reads use [base, base + span), writes the span after it. By default

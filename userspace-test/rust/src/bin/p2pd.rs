@@ -357,8 +357,9 @@ fn stats(dev: &Device, args: &Args) -> Result<(), String> {
 /// host memory, READ into device memory, checked, WRITTEN back from device
 /// memory to a second region, READ again and checked.
 fn verify(dev: &Device, args: &Args) -> Result<(), String> {
-    let ns = args.namespace()?;
+    // The provider first: the default namespace is one it reaches.
     let gpu = args.gpu(dev)?;
+    let ns = args.namespace()?;
     let size = args.size.unwrap_or(16 << 20);
     let src = args.offset.unwrap_or(40 << 20);
     // The data set at `src`, its copy written back at `dst` (the next MiB

@@ -269,9 +269,4 @@ impl IoFile {
     pub(crate) fn hole_bytes(&self, pos: u64, len: u64) -> Result<u64> {
         sys_file::hole_bytes(self.0.file(), pos, len)
     }
-
-    /// Files: the size now (where a READ stops).
-    pub(crate) fn file_size(&self) -> u64 {
-        sys_file::file_size(self.0.file())
-    }
 }

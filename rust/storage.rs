@@ -615,14 +615,10 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     }
     let mut len = req.size.min(MAX_RW_COUNT);
     // pread/pwrite on a block device: reads stop at its end, writes past it
-    // fail, once the memory is found good. A file's READ at or past its end
-    // (its size now, as pread sees it) moves nothing either: no reachability
-    // is asked for it (a file that grows meanwhile is read by the next call).
-    let past_end = if file.is_bdev() {
-        req.file_offset >= lim.size
-    } else {
-        !req.write && req.file_offset >= file.file_size()
-    };
+    // fail, once the memory is found good. A file's end is its file
+    // system's to find, in the read itself (with its locks and hooks): a
+    // file READ at or past it is checked like any other first.
+    let past_end = file.is_bdev() && req.file_offset >= lim.size;
     if file.is_bdev() && !past_end {
         len = len.min(lim.size - req.file_offset);
         // read(2)/write(2)'s own checks and hooks (LSM, fanotify).
@@ -630,7 +626,6 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     }
     let mem = resolve_memory(me, req, &lim)?;
     if past_end {
-        // (Only a block device's WRITE gets here: a file's may extend it.)
         return if req.write {
             Err(ENOSPC)
         } else {

@@ -57,11 +57,6 @@ const struct path *p2pdirect_file_path(struct file *f)
 	return &f->f_path;
 }
 
-loff_t p2pdirect_i_size(struct file *f)
-{
-	return i_size_read(file_inode(f));
-}
-
 void p2pdirect_cond_resched(void)
 {
 	cond_resched();

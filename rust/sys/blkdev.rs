@@ -168,6 +168,7 @@ impl BlockDevice {
         if out.is_empty() {
             return Err(ENODEV);
         }
+        by_name(&mut out);
         Ok(DmaDevices::Legs(out))
     }
 
@@ -184,11 +185,16 @@ impl BlockDevice {
         if out.is_empty() {
             return Err(ENODEV);
         }
-        // In name order: the walk finds them in the order the block devices
-        // were added (asynchronous scans), which differs from boot to boot.
-        out.sort_unstable_by(|a, b| a.name.to_bytes().cmp(b.name.to_bytes()));
+        by_name(&mut out);
         Ok(out)
     }
+}
+
+/// Puts the legs in name order: the walk finds them in the order their
+/// block devices were added (asynchronous scans), which differs from boot to
+/// boot, and the UAPI reports the first leg in name order.
+fn by_name(legs: &mut [DmaLeg]) {
+    legs.sort_unstable_by(|a, b| a.name.to_bytes().cmp(b.name.to_bytes()));
 }
 
 /// The `struct device` behind `dev`: `Device` is a transparent wrapper of it.

@@ -348,14 +348,6 @@ pub(crate) fn dio_falls_back(file: &File) -> bool {
     r == 0 && st.result_mask & bindings::STATX_DIOALIGN != 0 && st.dio_mem_align == 0
 }
 
-/// The size of the file's inode now (`i_size_read`; for a regular file,
-/// where a read stops).
-pub(crate) fn file_size(file: &File) -> u64 {
-    // SAFETY: an open file has an inode for as long as it is open.
-    let size = unsafe { c::p2pdirect_i_size(raw(file)) };
-    u64::try_from(size).unwrap_or(0)
-}
-
 /// A file the kernel opened, dropped with `fput`.
 struct KernelFile(NonNull<bindings::file>);
 

@@ -371,8 +371,9 @@ TEST_F(db, registration_on_a_dmabuf_mapping_is_invalidated_by_free)
 	struct p2pdirect_reg_id q;
 	struct p2pdirect_dma_probe p;
 	uint8_t *view;
+	char ns[64];
 	__u64 id;
-	int buf;
+	int buf, nsfd;
 
 	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
 	buf = do_export(self->fd, a.handle, 4 * PAGE, 8 * PAGE, P2PDIRECT_EXPORT_CLOEXEC);
@@ -381,12 +382,17 @@ TEST_F(db, registration_on_a_dmabuf_mapping_is_invalidated_by_free)
 	ASSERT_NE(MAP_FAILED, view) TH_LOG("mmap dma-buf: %s", strerror(errno));
 	view[0] = 1;
 
+	/* DMA_PROBE for the controller behind the switch, which reaches the GPU. */
+	ASSERT_TRUE(find_nvme("p2pnvme-sw", ns, sizeof(ns), NULL));
+	nsfd = open(ns, O_RDONLY);
+	ASSERT_GE(nsfd, 0);
 	memset(&p, 0, sizeof(p));
 	p.addr = (uintptr_t)view;
 	p.size = 2 * PAGE;
-	p.fd = -1;
+	p.fd = nsfd;
 	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &p)) TH_LOG("DMA_PROBE: %s", strerror(errno));
 	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_DEVMEM, p.client);
+	close(nsfd);
 
 	memset(&r, 0, sizeof(r));
 	r.addr = (uintptr_t)view + PAGE;
@@ -400,7 +406,7 @@ TEST_F(db, registration_on_a_dmabuf_mapping_is_invalidated_by_free)
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REG_QUERY, &q));
 	EXPECT_EQ((__u32)P2PDIRECT_REG_LIVE, q.state);
 
-	/* A range that runs past the dma-buf's mapping is refused. */
+	/* A range that runs past the dma-buf's mapping is refused (as it was before). */
 	r.addr = (uintptr_t)view + 7 * PAGE;
 	r.size = 2 * PAGE;
 	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &r));

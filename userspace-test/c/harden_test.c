@@ -479,12 +479,12 @@ TEST_F(hd, active_swap_device_etxtbsy)
 }
 
 /*
- * A READ at or past the end of a file moves 0 bytes, and, as the header
- * says, does not ask whether the device can reach the memory: a file on a
- * loop device (whose queue takes no P2PDMA pages) is refused data, but not
- * its end (before, that READ got EOPNOTSUPP too).
+ * A file's end is found by its file system, in the read: a READ at or past
+ * it is checked like any other (the header's word). On a loop device, whose
+ * queue takes no P2PDMA pages, it is refused like a READ of data, and with
+ * COMPAT it moves 0 bytes.
  */
-TEST_F(hd, file_read_at_eof_asks_no_reachability)
+TEST_F(hd, file_read_at_eof_is_checked_like_any_read)
 {
 	char loop[64] = "", cmd[300];
 	struct p2pdirect_io out;
@@ -506,14 +506,15 @@ TEST_F(hd, file_read_at_eof_asks_no_reachability)
 	ASSERT_GE(fd, 0);
 	EXPECT_EQ(-EOPNOTSUPP, io(self->dev, false, fd, 0, (uintptr_t)m, 4096, 0, NULL));
 	for (__u64 at = 8192; at <= MiB; at += MiB - 8192) {
-		memset(&out, 0xff, sizeof(out));
-		EXPECT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 4096, at, &out)) TH_LOG("at %llu",
-											    (unsigned long long)at);
+		EXPECT_EQ(-EOPNOTSUPP, io(self->dev, false, fd, 0, (uintptr_t)m, 4096, at, NULL));
+		EXPECT_EQ(0, io(self->dev, false, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 4096, at,
+				&out)) TH_LOG("COMPAT at %llu", (unsigned long long)at);
 		EXPECT_EQ(0u, out.bytes);
-		EXPECT_EQ(0u, out.p2p_bytes);
+		EXPECT_EQ(0u, out.bounce_bytes);
 	}
-	/* The memory is still checked there: host memory is refused. */
-	EXPECT_EQ(-ENXIO, io(self->dev, false, fd, 0, (uintptr_t)cmd & ~4095ull, 4096, 8192, NULL));
+	/* The memory is checked first: host memory is refused there too. */
+	EXPECT_EQ(-ENXIO, io(self->dev, false, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)cmd & ~4095ull,
+			     4096, 8192, NULL));
 	close(fd);
 	munmap(m, a.size);
 	EXPECT_EQ(0, free_handle(self->dev, a.handle));

@@ -59,6 +59,16 @@
  * -EFAULT, as one in a p2pdirect mapping does (see struct
  * p2pdirect_register).
  *
+ * ABI 1.12 (no new command, same structs; what 1.11 did otherwise than
+ * documented): a CPU mapping (mmap) of a dma-buf exported from an
+ * allocation is p2pdirect's own memory, P2PDIRECT_CLIENT_DEVMEM, and FREE,
+ * close and device removal invalidate registrations on it; before, it was
+ * taken as P2PDIRECT_CLIENT_P2PDMA_USER, whose registrations nothing
+ * invalidated. STATS counts in @reads and @writes only I/Os that moved data
+ * or failed; before, a READ at the end (0 bytes) counted too. A stacked
+ * device's @dma_pci_addr is its first leg's in name order; before, in the
+ * order the legs' block devices were added.
+ *
  * ABI 1.9 adds P2PDIRECT_IOC_EXPORT_DMABUF: device memory as a P2P dma-buf
  * for other drivers (RDMA NICs: ibv_reg_dmabuf_mr).
  *
@@ -87,7 +97,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 11
+#define P2PDIRECT_ABI_MINOR 12
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -424,8 +434,12 @@ struct p2pdirect_reg_id {
  * 1.11; before, a raw block device's end was tested first): an unknown,
  * stale or too short registration, a READ into one without REG_WRITE, a
  * pointer to RAM, out of its mapping or over max_pinned_mib get their error
- * there too; whether the device can reach the memory is not asked for a
- * transfer of 0 bytes. When the device fails part of a transfer, @bytes is
+ * there too; whether the device can reach the memory is not asked at or
+ * past the end of a raw block device, where nothing moves. A file's end is
+ * found by its file system, in the read itself (with its locks and hooks),
+ * so a file READ at or past it is checked like any other: on a device that
+ * cannot reach the memory or do P2PDMA it fails like a READ of data, and
+ * with COMPAT it moves 0 bytes. When the device fails part of a transfer, @bytes is
  * the length of the part from @file_offset that completed without error and
  * the call succeeds if that is not 0 (else it returns the error, e.g. -EIO);
  * memory and blocks after that point may or may not have been written.

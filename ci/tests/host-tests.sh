@@ -347,4 +347,53 @@ expect "a segment in another GPU's BAR fails" host-dmaaddr 1 "outside BAR2"
 dma "# DMAADDR gpu=0000:04:00.0 addr=0xf4100000 len=0x1000 off=0x200000"
 expect "a segment at another offset fails" host-dmaaddr 1 "not 0x200000"
 echo "1..$n"
+
+echo "# suite: host-matrix-budget"
+n=0
+# check-matrix.sh with stand-ins for the kernel build and the check: a
+# configuration that cannot finish in the budget is skipped and said so,
+# never run into the limit; with room, all run.
+mtx="$tmp/mtx"
+mkdir -p "$mtx"
+cp "$ci/check-matrix.sh" "$ci/lib.sh" "$mtx/"
+printf '7.2\n7.3\n' >"$mtx/kernel-series.txt"
+# build-kernel.sh: the default series at once, the other after $STUB_BG s.
+cat >"$mtx/build-kernel.sh" <<'SH'
+#!/usr/bin/env bash
+[ "$P2PDIRECT_KERNEL_SERIES" = 7.2 ] || sleep "${STUB_BG:-0}"
+echo /nonexistent
+SH
+# check.sh: $STUB_RUN s, then one passing test; prints the guest limit it got.
+cat >"$mtx/check.sh" <<'SH'
+#!/usr/bin/env bash
+echo "# vm timeout ${P2PDIRECT_VM_TIMEOUT:-unset}"
+sleep "${STUB_RUN:-0}"
+echo "1 passed, 0 failed"
+SH
+chmod +x "$mtx"/*.sh
+matrix() { P2PDIRECT_CACHE="$tmp/mcache" "$mtx/check-matrix.sh" 2>/dev/null; }
+out=$(CI=true STUB_BG=0 STUB_RUN=0 matrix)
+rc=$?
+[ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "3 passed, 0 failed" ] &&
+	ok "matrix: every configuration runs when the budget allows" ||
+	notok "matrix: every configuration runs when the budget allows (rc $rc: $(echo "$out" | tail -n 1))"
+out=$(CI=true P2PDIRECT_CI_BUDGET=6 STUB_BG=30 STUB_RUN=2 matrix)
+rc=$?
+[ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "2 passed, 0 failed, 1 skipped" ] &&
+	echo "$out" | grep -q '^# ===== configuration 3: 7.3 debug: SKIPPED: its kernel was still building' &&
+	ok "matrix: a configuration whose kernel cannot be built in the budget is skipped, said so" ||
+	notok "matrix: a configuration whose kernel cannot be built in the budget is skipped (rc $rc: $(echo "$out" | grep -e SKIPPED -e passed | tr '\n' ' '))"
+out=$(CI=true P2PDIRECT_CI_BUDGET=5 STUB_BG=0 STUB_RUN=3 matrix)
+rc=$?
+[ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "1 passed, 0 failed, 2 skipped" ] &&
+	echo "$out" | grep -q '^# ===== configuration 2: 7.2 debug, IOMMU: SKIPPED: [0-9]* s of the 5 s budget left' &&
+	ok "matrix: configurations the rest of the budget cannot hold are skipped" ||
+	notok "matrix: configurations the rest of the budget cannot hold are skipped (rc $rc: $(echo "$out" | grep -e SKIPPED -e passed | tr '\n' ' '))"
+out=$(CI=true P2PDIRECT_CI_BUDGET=1000 STUB_BG=0 STUB_RUN=0 matrix)
+echo "$out" | grep -q '^# vm timeout 8[0-9][0-9]$' && ok "matrix: the guest's limit stays inside the budget" ||
+	notok "matrix: the guest's limit stays inside the budget ($(echo "$out" | grep 'vm timeout' | head -n 1))"
+out=$(CI= STUB_BG=0 STUB_RUN=0 matrix)
+echo "$out" | grep -q '^# vm timeout unset$' && [ "$(echo "$out" | tail -n 1)" = "3 passed, 0 failed" ] &&
+	ok "matrix: no budget outside CI" || notok "matrix: no budget outside CI"
+echo "1..$n"
 exit 0

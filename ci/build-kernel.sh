@@ -30,18 +30,25 @@ fi
 mkmake() { make -C "$src" O="$out" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" "$@"; }
 
 log "configuring $(basename "$src") ($flavor) in $out"
-rm -rf "$out"
-# A changed fragment starts from the last build of the same source and
-# flavour, which it takes over (the cache keeps one build per source and
-# flavour): Kbuild then rebuilds only what the changed options reach.
-seed=$(ls -td "$P2P_CACHE/build/$(basename "$src")"-* 2>/dev/null |
-	while read -r d; do
-		[ -f "$d/.built" ] && [ "$(cat "$d/.flavor" 2>/dev/null)" = "$flavor" ] && { echo "$d"; break; }
-	done || true)
-if [ -n "$seed" ]; then
-	log "starting from $seed"
-	mv "$seed" "$out"
-	rm -f "$out/.built"
+# A build of these same inputs that was stopped (check-matrix's time budget
+# stops a background build) goes on where it was: Kbuild is incremental.
+if [ -f "$out/.config" ] && [ "$(cat "$out/.flavor" 2>/dev/null)" = "$flavor" ]; then
+	log "going on with the unfinished build in $out"
+	seed=""
+else
+	rm -rf "$out"
+	# A changed fragment starts from the last build of the same source and
+	# flavour, which it takes over (the cache keeps one build per source and
+	# flavour): Kbuild then rebuilds only what the changed options reach.
+	seed=$(ls -td "$P2P_CACHE/build/$(basename "$src")"-* 2>/dev/null |
+		while read -r d; do
+			[ -f "$d/.built" ] && [ "$(cat "$d/.flavor" 2>/dev/null)" = "$flavor" ] && { echo "$d"; break; }
+		done || true)
+	if [ -n "$seed" ]; then
+		log "starting from $seed"
+		mv "$seed" "$out"
+		rm -f "$out/.built"
+	fi
 fi
 mkdir -p "$out"
 echo "$flavor" >"$out/.flavor"

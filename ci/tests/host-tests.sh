@@ -371,29 +371,36 @@ sleep "${STUB_RUN:-0}"
 echo "1 passed, 0 failed"
 SH
 chmod +x "$mtx"/*.sh
-matrix() { P2PDIRECT_CACHE="$tmp/mcache" "$mtx/check-matrix.sh" 2>/dev/null; }
-out=$(CI=true STUB_BG=0 STUB_RUN=0 matrix)
+matrix() {
+	env -u P2PDIRECT_VM_TIMEOUT -u P2PDIRECT_CI_BUDGET -u FUZZ_SECONDS P2PDIRECT_CACHE="$tmp/mcache" \
+		"$@" "$mtx/check-matrix.sh" 2>/dev/null
+}
+out=$(matrix CI=true STUB_BG=0 STUB_RUN=0)
 rc=$?
 [ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "3 passed, 0 failed" ] &&
 	ok "matrix: every configuration runs when the budget allows" ||
 	notok "matrix: every configuration runs when the budget allows (rc $rc: $(echo "$out" | tail -n 1))"
-out=$(CI=true P2PDIRECT_CI_BUDGET=6 STUB_BG=30 STUB_RUN=2 matrix)
+out=$(matrix CI=true P2PDIRECT_CI_BUDGET=6 STUB_BG=30 STUB_RUN=2)
 rc=$?
 [ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "2 passed, 0 failed, 1 skipped" ] &&
 	echo "$out" | grep -q '^# ===== configuration 3: 7.3 debug: SKIPPED: its kernel was still building' &&
 	ok "matrix: a configuration whose kernel cannot be built in the budget is skipped, said so" ||
 	notok "matrix: a configuration whose kernel cannot be built in the budget is skipped (rc $rc: $(echo "$out" | grep -e SKIPPED -e passed | tr '\n' ' '))"
-out=$(CI=true P2PDIRECT_CI_BUDGET=5 STUB_BG=0 STUB_RUN=3 matrix)
+out=$(matrix CI=true P2PDIRECT_CI_BUDGET=5 STUB_BG=0 STUB_RUN=3)
 rc=$?
 [ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "1 passed, 0 failed, 2 skipped" ] &&
 	echo "$out" | grep -q '^# ===== configuration 2: 7.2 debug, IOMMU: SKIPPED: [0-9]* s of the 5 s budget left' &&
 	ok "matrix: configurations the rest of the budget cannot hold are skipped" ||
 	notok "matrix: configurations the rest of the budget cannot hold are skipped (rc $rc: $(echo "$out" | grep -e SKIPPED -e passed | tr '\n' ' '))"
-out=$(CI=true P2PDIRECT_CI_BUDGET=1000 STUB_BG=0 STUB_RUN=0 matrix)
+out=$(matrix CI=true P2PDIRECT_CI_BUDGET=1000 STUB_BG=0 STUB_RUN=0)
 echo "$out" | grep -q '^# vm timeout 8[0-9][0-9]$' && ok "matrix: the guest's limit stays inside the budget" ||
 	notok "matrix: the guest's limit stays inside the budget ($(echo "$out" | grep 'vm timeout' | head -n 1))"
-out=$(CI= STUB_BG=0 STUB_RUN=0 matrix)
+out=$(matrix CI= STUB_BG=0 STUB_RUN=0)
 echo "$out" | grep -q '^# vm timeout unset$' && [ "$(echo "$out" | tail -n 1)" = "3 passed, 0 failed" ] &&
 	ok "matrix: no budget outside CI" || notok "matrix: no budget outside CI"
+out=$(matrix CI=true P2PDIRECT_CI_BUDGET=01000 STUB_BG=0 STUB_RUN=0)
+echo "$out" | grep -q '^# vm timeout 8[0-9][0-9]$' && [ "$(echo "$out" | tail -n 1)" = "3 passed, 0 failed" ] &&
+	ok "matrix: a budget with a leading zero is decimal" ||
+	notok "matrix: a budget with a leading zero is decimal ($(echo "$out" | grep -e 'vm timeout' -e passed | tr '\n' ' '))"
 echo "1..$n"
 exit 0

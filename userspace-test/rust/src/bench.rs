@@ -974,7 +974,7 @@ fn machine_json() -> String {
 pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     // The provider first: the default namespace is one it reaches.
     let gpu = args.gpu(dev)?;
-    let ns = args.namespace()?;
+    let ns = args.namespace(&gpu)?;
     let secs = args.seconds.unwrap_or(1.0);
     let threads = args.threads.unwrap_or(4);
     // Reads use [base, base + span), writes the span after it. By default
@@ -999,12 +999,18 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             ns.name, ns.size
         ));
     }
-    // The JSON file is created before the runs: a path that cannot be
-    // written is refused now, not after minutes of runs.
+    // The JSON file is opened before the runs (a path that cannot be
+    // written is refused now, not after minutes of runs), but emptied only
+    // when the results are there: a bench that fails keeps an older file.
     let json_file = match &args.out {
         Some(path) => Some((
             path,
-            fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?,
+            fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?,
         )),
         None => None,
     };
@@ -1188,7 +1194,8 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         println!("{text}");
     }
     if let Some((path, mut file)) = json_file {
-        file.write_all(text.as_bytes())
+        file.set_len(0)
+            .and_then(|()| file.write_all(text.as_bytes()))
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if failed > 0 {

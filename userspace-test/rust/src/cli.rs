@@ -136,8 +136,8 @@ impl Args {
                     }
                     a.rounds = Some(n)
                 }
+                // Repeated, the depths add up: `--qd 1,4 --qd 16` runs three.
                 "--qd" => {
-                    a.qd.clear();
                     for q in val()?.split(',') {
                         let n: u32 = q.parse().map_err(|_| "--qd takes numbers: 32 or 1,4,16")?;
                         if !(1..=p2pdirect::uring::MAX_INFLIGHT).contains(&n) {
@@ -172,8 +172,8 @@ impl Args {
         }
     }
 
-    /// `--dev`, else the first namespace some provider can reach.
-    pub fn namespace(&self) -> Result<Namespace, String> {
+    /// `--dev`, else the first namespace provider `gpu` can reach.
+    pub fn namespace(&self, gpu: &Provider) -> Result<Namespace, String> {
         let all = Namespace::all();
         if let Some(d) = &self.dev {
             let name = d.trim_start_matches("/dev/");
@@ -184,11 +184,10 @@ impl Args {
         }
         let dev = Device::open().map_err(|e| e.to_string())?;
         let providers = dev.providers().map_err(|e| e.to_string())?;
-        // With `--gpu`, a namespace that provider reaches.
+        // A namespace the provider the command uses reaches.
         let reach = |n: &Namespace| {
             providers.iter().any(|p| {
-                p.kind == sys::P2PDIRECT_PROVIDER_BAR
-                    && self.gpu.is_none_or(|g| g == p.index)
+                p.index == gpu.index
                     && p.clients
                         .iter()
                         .any(|c| Some(c.pci_addr) == n.pci && c.distance.is_some())
@@ -196,12 +195,10 @@ impl Args {
         };
         let mut cands: Vec<Namespace> = all.into_iter().filter(reach).collect();
         cands.sort_by_key(|n| n.nsid);
-        cands.into_iter().next().ok_or(match self.gpu {
-            Some(g) => format!("no NVMe namespace is P2P-reachable from provider {g}; use --dev"),
-            None => {
-                "no NVMe namespace is P2P-reachable from a device-memory provider; use --dev".into()
-            }
-        })
+        cands.into_iter().next().ok_or(format!(
+            "no NVMe namespace is P2P-reachable from provider {} ({}); use --dev",
+            gpu.index, gpu.pci_addr
+        ))
     }
 
     /// `--gpu`, else the first BAR provider.
@@ -247,7 +244,6 @@ pub struct Namespace {
     pub pci: Option<PciAddr>,
     pub size: u64,
     pub lbs: u32,
-    pub devt: (u32, u32),
 }
 
 fn read_trim(p: impl AsRef<std::path::Path>) -> Option<String> {
@@ -445,12 +441,6 @@ impl Namespace {
             let lbs = read_trim(p.join("queue/logical_block_size"))
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(512);
-            let devt = read_trim(p.join("dev"))
-                .and_then(|s| {
-                    let (a, b) = s.split_once(':')?;
-                    Some((a.parse().ok()?, b.parse().ok()?))
-                })
-                .unwrap_or((0, 0));
             out.push(Namespace {
                 name,
                 nsid,
@@ -458,7 +448,6 @@ impl Namespace {
                 pci,
                 size,
                 lbs,
-                devt,
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -466,11 +455,12 @@ impl Namespace {
     }
 
     /// The namespace name of a block device number.
+    /// The name of block device `major:minor` (`/sys/dev/block`'s link:
+    /// a namespace, partition, md or dm device alike).
     pub fn name_of(major: u32, minor: u32) -> Option<String> {
-        Namespace::all()
-            .into_iter()
-            .find(|n| n.devt == (major, minor))
-            .map(|n| n.name)
+        fs::read_link(format!("/sys/dev/block/{major}:{minor}"))
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
     }
 
     pub fn open(&self, write: bool, direct: bool) -> Result<fs::File, String> {

@@ -359,7 +359,7 @@ fn stats(dev: &Device, args: &Args) -> Result<(), String> {
 fn verify(dev: &Device, args: &Args) -> Result<(), String> {
     // The provider first: the default namespace is one it reaches.
     let gpu = args.gpu(dev)?;
-    let ns = args.namespace()?;
+    let ns = args.namespace(&gpu)?;
     let size = args.size.unwrap_or(16 << 20);
     let src = args.offset.unwrap_or(40 << 20);
     // The data set at `src`, its copy written back at `dst` (the next MiB

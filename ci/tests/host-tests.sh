@@ -380,18 +380,20 @@ rc=$?
 [ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "3 passed, 0 failed" ] &&
 	ok "matrix: every configuration runs when the budget allows" ||
 	notok "matrix: every configuration runs when the budget allows (rc $rc: $(echo "$out" | tail -n 1))"
-out=$(matrix CI=true P2PDIRECT_CI_BUDGET=6 STUB_BG=30 STUB_RUN=2)
-rc=$?
-[ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "2 passed, 0 failed, 1 skipped" ] &&
-	echo "$out" | grep -q '^# ===== configuration 3: 7.3 debug: SKIPPED: its kernel was still building' &&
-	ok "matrix: a configuration whose kernel cannot be built in the budget is skipped, said so" ||
-	notok "matrix: a configuration whose kernel cannot be built in the budget is skipped (rc $rc: $(echo "$out" | grep -e SKIPPED -e passed | tr '\n' ' '))"
-out=$(matrix CI=true P2PDIRECT_CI_BUDGET=5 STUB_BG=0 STUB_RUN=3)
-rc=$?
-[ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "1 passed, 0 failed, 2 skipped" ] &&
-	echo "$out" | grep -q '^# ===== configuration 2: 7.2 debug, IOMMU: SKIPPED: [0-9]* s of the 5 s budget left' &&
-	ok "matrix: configurations the rest of the budget cannot hold are skipped" ||
-	notok "matrix: configurations the rest of the budget cannot hold are skipped (rc $rc: $(echo "$out" | grep -e SKIPPED -e passed | tr '\n' ' '))"
+# skips DESCRIPTION LAST_LINE SKIP_LINE_REGEX SETTINGS...: the matrix with
+# SETTINGS exits 0, ends with LAST_LINE and says why it skipped.
+skips() {
+	out=$(matrix "${@:4}")
+	rc=$?
+	[ $rc -eq 0 ] && [ "$(echo "$out" | tail -n 1)" = "$2" ] && echo "$out" | grep -q "$3" && ok "$1" ||
+		notok "$1 (rc $rc: $(echo "$out" | grep -e SKIPPED -e passed | tr '\n' ' '))"
+}
+skips "matrix: a configuration whose kernel cannot be built in the budget is skipped, said so" \
+	"2 passed, 0 failed, 1 skipped" '^# ===== configuration 3: 7.3 debug: SKIPPED: its kernel was still building' \
+	CI=true P2PDIRECT_CI_BUDGET=6 STUB_BG=30 STUB_RUN=2
+skips "matrix: configurations the rest of the budget cannot hold are skipped" \
+	"1 passed, 0 failed, 2 skipped" '^# ===== configuration 2: 7.2 debug, IOMMU: SKIPPED: [0-9]* s of the 5 s budget left' \
+	CI=true P2PDIRECT_CI_BUDGET=5 STUB_BG=0 STUB_RUN=3
 out=$(matrix CI=true P2PDIRECT_CI_BUDGET=1000 STUB_BG=0 STUB_RUN=0)
 echo "$out" | grep -q '^# vm timeout 8[0-9][0-9]$' && ok "matrix: the guest's limit stays inside the budget" ||
 	notok "matrix: the guest's limit stays inside the budget ($(echo "$out" | grep 'vm timeout' | head -n 1))"

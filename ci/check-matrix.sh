@@ -9,13 +9,12 @@
 # line, then one line per configuration and the total `N passed, N failed`.
 #
 # Time budget: P2PDIRECT_CI_BUDGET seconds (default 5100 under CI=true, whose
-# run is stopped at 90 min; none otherwise). Each guest gets at most what is
-# left of it when its configuration starts, less 2 minutes, as its time
-# limit, and a configuration that cannot finish in
-# what is left (its kernel still building, or less time than the first
-# configuration took) is skipped with the reason and counted as skipped, not
-# run into the limit (on a slow host with an empty cache the two kernel
-# builds alone can take most of it).
+# run is stopped at 90 min; none otherwise). Each guest's time limit is at
+# most what is left of it when its configuration starts, less 2 minutes, and
+# a configuration that cannot finish in what is left (its kernel still
+# building, or less time than the first configuration took) is skipped with
+# the reason and counted as skipped, not run into the limit (on a slow host
+# with an empty cache the two kernel builds alone can take most of it).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"

@@ -29,23 +29,6 @@ pub struct Args {
     pub given: Vec<String>,
 }
 
-/// Every option of every command.
-const ALL_OPTIONS: &[&str] = &[
-    "--json",
-    "--reset",
-    "--records",
-    "--dev",
-    "--gpu",
-    "--offset",
-    "--size",
-    "--seconds",
-    "--threads",
-    "--out",
-    "--only",
-    "--rounds",
-    "--qd",
-];
-
 /// The options each command takes (`None`: no such command).
 pub fn options_of(cmd: &str) -> Option<&'static [&'static str]> {
     Some(match cmd {
@@ -101,7 +84,11 @@ impl Args {
         let mut it = argv.iter();
         while let Some(opt) = it.next() {
             a.given.push(opt.clone());
-            if ALL_OPTIONS.contains(&opt.as_str()) {
+            // An option of another command: refused for this one.
+            let known = ["version", "info", "stats", "verify", "bench"]
+                .iter()
+                .any(|c| options_of(c).is_some_and(|t| t.contains(&opt.as_str())));
+            if known {
                 a.check_for(cmd)?;
             }
             let mut val = || it.next().ok_or(format!("{opt} needs a value"));

@@ -520,7 +520,7 @@ fn main() -> ExitCode {
         eprintln!("p2pd: unknown command '{cmd}'");
         return usage();
     }
-    let args = match Args::parse(cmd, rest).and_then(|a| a.check_for(cmd).map(|()| a)) {
+    let args = match Args::parse(cmd, rest) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("p2pd: {e}");

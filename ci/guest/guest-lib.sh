@@ -246,8 +246,15 @@ p2pd_info_stacked() {
 		grep -q "^  md6 .*refused by p2pdirect: more than 4 levels of stacking (ELOOP)$" /tmp/info &&
 		grep "^  md5 " /tmp/info | grep -qv refused || return 1
 	/tests/p2pd info --json >/tmp/info.json || return 1
-	grep -o "{\"device\":\"$(dm_blk p2pdeep5)\",\"kind\":\"[^\"]*\",\"legs\":\[[^]]*\],\"unreachable_legs\":\[[^]]*\],\"refused\":[^}]*}" \
-		/tmp/info.json | grep -q '"refused":"more than 4 levels of stacking (ELOOP)"}$'
+	grep -o "{\"device\":\"$(dm_blk p2pdeep5)\",\"kind\":\"[^\"]*\",\"legs\":\[[^]]*\],\"unreachable_legs\":\[\],\"unreachable\":\[\],\"refused\":[^}]*}" \
+		/tmp/info.json | grep -q '"refused":"more than 4 levels of stacking (ELOOP)"}$' || return 1
+	# md2's JSON names its unreachable leg and the providers it cannot
+	# reach, as the text does (every provider here: a root-port controller).
+	p9=$(basename "$(ns_dev 9)")p1
+	from=$(sed -n "s/^  md2 .*unreachable: $p9 from provider \([0-9,]*\).*/\1/p" /tmp/info)
+	[ -n "$from" ] || return 1
+	grep -q "\"device\":\"md2\",[^]]*\],\"unreachable_legs\":\[\"$p9\"\],\"unreachable\":\[{\"leg\":\"$p9\",\"providers\":\[$from\]}\],\"refused\":null}" \
+		/tmp/info.json || { grep -o '"device":"md2".\{0,400\}' /tmp/info.json; return 1; }
 }
 p2pd_stats_json() {
 	p2pd_json stats || return 1

@@ -160,11 +160,22 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
                     })
                     .collect();
                 o.raw("legs", &Json::array(&legs));
-                let bad: Vec<String> = unreachable(st)
+                let bad = unreachable(st);
+                let names: Vec<String> = bad.iter().map(|(leg, _)| format!("\"{leg}\"")).collect();
+                o.raw("unreachable_legs", &format!("[{}]", names.join(",")));
+                // Each of those legs with the providers it cannot reach, as
+                // the text says them.
+                let which: Vec<String> = bad
                     .iter()
-                    .map(|(leg, _)| format!("\"{leg}\""))
+                    .map(|(leg, from)| {
+                        let mut lo = Json::obj();
+                        lo.str("leg", leg);
+                        let idx: Vec<String> = from.iter().map(u32::to_string).collect();
+                        lo.raw("providers", &format!("[{}]", idx.join(",")));
+                        lo.end()
+                    })
                     .collect();
-                o.raw("unreachable_legs", &format!("[{}]", bad.join(",")));
+                o.raw("unreachable", &Json::array(&which));
                 match &st.over_limit {
                     Some(why) => o.str("refused", why),
                     None => o.raw("refused", "null"),

@@ -642,7 +642,9 @@ struct p2pdirect_stats {
  * a command's result comes in a 32-byte CQE (IORING_CQE_F_32 in cqe->flags)
  * with the same big_cqe, except where it is returned at the issue (an unknown
  * cmd_op, -EBADF for the open mode, the -EINVAL and -EBUSY cases above, a
- * write-back error of the range's cached data, -ENOMEM) or by io_uring itself
+ * write-back error of the range's cached data, -ENOMEM for the command's own
+ * state; a refusal of the checks, -ENOMEM among them, comes in a 32-byte
+ * CQE like a transfer's result) or by io_uring itself
  * (-ECANCELED for a command cancelled before a worker started it): those
  * come in 16-byte CQEs. Test IORING_CQE_F_32 before reading big_cqe.
  *
@@ -672,23 +674,29 @@ struct p2pdirect_stats {
  * blocking (IOCB_NOWAIT); one that would block (a lock held, extents not
  * read in yet) is issued by one of io_uring's worker threads instead, and
  * so is every file WRITE; either way the worker only submits it.
- * P2PDIRECT_IO_COMPAT, and a raw range whose cached pages must first be
- * written back (or, for a WRITE, dropped) run the synchronous path in a
- * worker. For what a worker issues, the fd lookup and the pinning happen
- * when the worker starts, after
- * io_uring_enter() returned, so a FREE, munmap or close right after the
- * submission can make them fail (-ENXIO, -EFAULT, -EBADF); a worker command
- * that has not started when its ring is closed or its process exits ends
- * with -ECANCELED. An I/O in flight holds its memory like an ioctl does:
- * FREE, DEREGISTER, close and process exit revoke the mapping at once, and
- * the memory is reused only after the I/O released it. A started command
+ * P2PDIRECT_IO_COMPAT runs the synchronous path in a worker. A raw range
+ * whose cached pages must first be written back (or, for a WRITE, dropped)
+ * goes to a worker too, which does that cache work and then submits the
+ * bios as above. For what a worker issues, the fd lookup and the pinning
+ * happen when the worker starts, after io_uring_enter() returned, so a
+ * FREE, munmap or close right after the submission can make them fail
+ * (-ENXIO, -EFAULT, -EBADF; registered memory: -ENOENT, -ESTALE after a
+ * DEREGISTER or an invalidation); a worker command that has not started
+ * when its ring is closed or its process exits ends with -ECANCELED. An
+ * I/O in flight holds its memory like an ioctl does: FREE, DEREGISTER,
+ * close and process exit revoke the mapping at once, and the memory is
+ * reused only after the I/O released it. A started command
  * cannot be cancelled; ring teardown waits for it (it ends when its bios
  * do), except a file READ the file system cut short after part of it went
  * (rare), whose rest is issued from task work: if the ring is closing or
  * its task exiting by then, it ends with -ECANCELED. STATS counts a
- * command, and its pinned_bytes drop, when it ends: when its CQE is posted,
- * or, for a ring closed or a process exiting under it, when its completion
- * runs (a file READ's hole bytes then count as P2P: see the README).
+ * command, and its pinned_bytes drop, when it ends: a command refused by the
+ * checks when its issue returns, a COMPAT bounce when the worker has done
+ * it (their CQEs queued then, posted by io_uring, with
+ * IORING_SETUP_DEFER_TASKRUN only once the submitter enters for them); a
+ * transfer when its CQE is posted, or, for a ring closed or a process
+ * exiting under it, when its completion runs (a file READ's hole bytes then
+ * count as P2P: see the README).
  */
 struct p2pdirect_uring_io {
 	__s32 fd;

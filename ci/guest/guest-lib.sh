@@ -344,7 +344,13 @@ p2pd_bench_uring() {
 			grep -q "^$w  *$p " /tmp/bench.out || { echo "no row: $w $p"; return 1; }
 		done
 	done
-	grep -q '"queue_depth":8' /tmp/bench.out
+	grep -q '"queue_depth":8' /tmp/bench.out || return 1
+	# Completions per io_uring_enter that waited: exactly 1 at QD 1, at
+	# least 1 and at most the depth at QD 8, for each of the 8 runs.
+	[ "$(grep -o '"queue_depth":1,[^}]*"completions_per_wait":1,' /tmp/bench.out | wc -l)" -eq 8 ] &&
+		[ "$(grep -oE '"queue_depth":8,[^}]*"completions_per_wait":([1-7](\.[0-9]+)?|8),' \
+			/tmp/bench.out | wc -l)" -eq 8 ] ||
+		{ grep -o '"queue_depth":[0-9]*,[^}]*"completions_per_wait":[^,]*' /tmp/bench.out; return 1; }
 }
 p2pd_version_json() {
 	p2pd_json version || return 1
@@ -364,7 +370,8 @@ p2pd_bench_json() {
 	p2pd_json bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 3 \
 		--only 'p2pdirect seq-read-4K' 2>/tmp/err || { cat /tmp/err; return 1; }
 	grep -q '"path":"p2pdirect"' /tmp/json.out && grep -q '^seq-read-4K  *p2pdirect ' /tmp/err &&
-		[ "$(grep -o '"round_iops":\[[0-9.]*,[0-9.]*,[0-9.]*\]' /tmp/json.out | wc -l)" -eq 2 ]
+		[ "$(grep -o '"round_iops":\[[0-9.]*,[0-9.]*,[0-9.]*\]' /tmp/json.out | wc -l)" -eq 2 ] &&
+		[ "$(grep -o '"completions_per_wait":null' /tmp/json.out | wc -l)" -eq 2 ]
 }
 # A run that fails makes bench fail (exit 1) after the table: the p2pdirect
 # path (one thread and four: two runs) into NSID 4, which no provider can

@@ -138,6 +138,14 @@ impl Workload {
     }
 }
 
+/// What one worker did: its I/Os, their latencies, and (io_uring) how
+/// many `io_uring_enter` calls waited for completions.
+struct Worked {
+    ops: u64,
+    lat: Vec<f32>,
+    waits: u64,
+}
+
 /// One measured (path, workload).
 struct Res {
     path: Path,
@@ -147,10 +155,19 @@ struct Res {
     secs: f64,
     cpu_s: f64,
     lat_us: Vec<f32>,
+    /// io_uring runs: the `io_uring_enter` calls that waited (0 for the
+    /// synchronous paths).
+    waits: u64,
     error: Option<String>,
 }
 
 impl Res {
+    /// io_uring runs: completions reaped per `io_uring_enter` that waited
+    /// for one (the queue depth when the device completes a whole queue
+    /// at once).
+    fn per_wait(&self) -> Option<f64> {
+        (self.waits > 0).then(|| self.ops as f64 / self.waits as f64)
+    }
     fn mib_s(&self) -> f64 {
         self.bytes as f64 / 1048576.0 / self.secs.max(1e-9)
     }
@@ -393,13 +410,7 @@ impl Drop for Turn<'_> {
     }
 }
 
-fn worker(
-    ctx: &Ctx,
-    path: Path,
-    wl: &Workload,
-    t: usize,
-    win: &Window,
-) -> Result<(u64, Vec<f32>), String> {
+fn worker(ctx: &Ctx, path: Path, wl: &Workload, t: usize, win: &Window) -> Result<Worked, String> {
     let mut turn = Turn::new(win);
     let bs = wl.bs;
     let direct = path != Path::Buffered;
@@ -437,7 +448,7 @@ fn worker_on(
     file: &fs::File,
     buf: &mut Buf,
     buf_len: u64,
-) -> Result<(u64, Vec<f32>), String> {
+) -> Result<Worked, String> {
     let bs = wl.bs;
     let mut offs = Offsets {
         next: (t as u64 * (ctx.span / wl.threads as u64)) / bs * bs,
@@ -488,7 +499,7 @@ fn sync_worker(
     reg: Option<u64>,
     offs: &mut Offsets,
     deadline: Instant,
-) -> Result<(u64, Vec<f32>), String> {
+) -> Result<Worked, String> {
     let bs = wl.bs;
     let mut lat = Vec::new();
     let mut ops = 0u64;
@@ -559,7 +570,7 @@ fn sync_worker(
         lat.push(t0.elapsed().as_secs_f64() as f32 * 1e6);
         ops += 1;
     }
-    Ok((ops, lat))
+    Ok(Worked { ops, lat, waits: 0 })
 }
 
 /// The ring of an io_uring worker: p2pdirect's commands, or plain O_DIRECT
@@ -585,7 +596,7 @@ fn uring_worker(
     reg: Option<u64>,
     offs: &mut Offsets,
     turn: &mut Turn<'_>,
-) -> Result<(u64, Vec<f32>), String> {
+) -> Result<Worked, String> {
     let (bs, qd) = (wl.bs, wl.qd as usize);
     let bufs = (buf_len / bs).max(1);
     let base = buf.base();
@@ -636,6 +647,7 @@ fn uring_worker(
         }
     };
     let (mut inflight, mut ops, mut lat, mut err) = (0usize, 0u64, Vec::new(), None);
+    let mut waits = 0u64;
     for slot in 0..qd {
         match push(&mut ring, slot, &mut started) {
             Ok(()) => inflight += 1,
@@ -651,7 +663,7 @@ fn uring_worker(
             Uring::Plain(r) => r.submit_and_wait(1),
         };
         match entered {
-            Ok(_) => {}
+            Ok(_) => waits += 1,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 // I/Os may still use the buffer: it must never be reused.
@@ -706,7 +718,7 @@ fn uring_worker(
     drop(ring);
     match err {
         Some(e) => Err(e),
-        None => Ok((ops, lat)),
+        None => Ok(Worked { ops, lat, waits }),
     }
 }
 
@@ -729,7 +741,7 @@ fn run_one(ctx: &Ctx, path: Path, wl: &Workload, secs: f64) -> Res {
         win.end.wait();
         let elapsed = t0.elapsed().as_secs_f64();
         let cpu_s = cpu_busy_s() - cpu0;
-        let results: Vec<Result<(u64, Vec<f32>), String>> = hs
+        let results: Vec<Result<Worked, String>> = hs
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into())))
             .collect();
@@ -743,14 +755,16 @@ fn run_one(ctx: &Ctx, path: Path, wl: &Workload, secs: f64) -> Res {
         secs: elapsed,
         cpu_s,
         lat_us: Vec::new(),
+        waits: 0,
         error: None,
     };
     for x in results {
         match x {
-            Ok((ops, lat)) => {
-                r.ops += ops;
-                r.bytes += ops * wl.bs;
-                r.lat_us.extend(lat);
+            Ok(w) => {
+                r.ops += w.ops;
+                r.bytes += w.ops * wl.bs;
+                r.lat_us.extend(w.lat);
+                r.waits += w.waits;
             }
             Err(e) => r.error = Some(e),
         }
@@ -1155,6 +1169,10 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             o.num("lat_p50_us", r.p50_us());
             o.num("lat_p99_us", r.p99_us());
             o.num("cpu_s_per_gib", r.cpu_s_per_gib());
+            match r.per_wait() {
+                Some(v) => o.num("completions_per_wait", v),
+                None => o.raw("completions_per_wait", "null"),
+            }
             let each: Vec<String> = rounds.iter().map(|v| Json::number(*v)).collect();
             o.raw("round_iops", &Json::array(&each));
             match &r.error {

@@ -1102,6 +1102,64 @@ TEST_F(ur, async_cancel_of_a_command_waiting_for_a_worker)
 }
 
 /*
+ * The cancel of a command io_uring's worker is running returns -EALREADY,
+ * and the command ends as it would have. With one worker, a COMPAT READ of
+ * NSID 4 [0, 16 MiB) into GPU 1 goes to it; once STATS shows its memory
+ * pinned (the worker has started it: a command pins its memory when it
+ * runs) and its CQE is not there, an IORING_OP_ASYNC_CANCEL of it gets
+ * -EALREADY and the READ moves all of its bytes.
+ */
+TEST_F(ur, async_cancel_of_a_command_a_worker_runs)
+{
+	struct gpu *g = &self->gpu[1];
+	unsigned int workers[2] = { 1, 1 };
+	int read_res = 1, cancel = 1, started = 0;
+	struct p2pdirect_stat before, now;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	struct io_uring r;
+
+	memset(g->map, 0, BUF);
+	ASSERT_EQ(0, stat_of(self->dev, g->pci, &before));
+	ASSERT_EQ(0, io_uring_queue_init(8, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32));
+	ASSERT_EQ(0, io_uring_register_iowq_max_workers(&r, workers));
+	prep(&r, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)g->map, BUF, 0, 0, 1);
+	ASSERT_EQ(1, io_uring_submit(&r));
+	/* Up to 10 s for the worker to start it. */
+	for (int i = 0; i < 100000 && !started; i++) {
+		ASSERT_EQ(0, stat_of(self->dev, g->pci, &now));
+		started = now.pinned_bytes > before.pinned_bytes;
+		if (!started)
+			usleep(100);
+	}
+	ASSERT_TRUE(started) TH_LOG("the READ never pinned its memory");
+	ASSERT_EQ(-EAGAIN, io_uring_peek_cqe(&r, &cqe)) TH_LOG("the READ ended before the cancel");
+	sqe = io_uring_get_sqe(&r);
+	ASSERT_NE(NULL, sqe);
+	memset(sqe, 0, 2 * sizeof(*sqe));
+	io_uring_prep_cancel64(sqe, 1, 0);
+	sqe->user_data = 2;
+	ASSERT_EQ(1, io_uring_submit(&r));
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(0, io_uring_wait_cqe(&r, &cqe));
+		if (cqe->user_data == 1)
+			read_res = cqe->res;
+		else
+			cancel = cqe->res;
+		io_uring_cqe_seen(&r, cqe);
+	}
+	io_uring_queue_exit(&r);
+	EXPECT_EQ(-EALREADY, cancel) TH_LOG("cancel: %s", strerror(-cancel));
+	EXPECT_EQ((int)BUF, read_res) TH_LOG("the running READ: %d", read_res);
+	EXPECT_EQ(0ull, fill_diff(g->map, BUF, 0, 4));
+	ASSERT_EQ(0, stat_of(self->dev, g->pci, &now));
+	EXPECT_EQ(before.pinned_bytes, now.pinned_bytes);
+	memset(g->map, 0, BUF);
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
+	       (unsigned long long)g->a.provider_offset, (unsigned long long)BUF);
+}
+
+/*
  * P2PDIRECT_URING_MAX_INFLIGHT: a command's place among the file's commands
  * in flight is given back by the task work that posts its CQE, which runs
  * only after the io_uring_enter that submitted it returns. So of MAX + 1

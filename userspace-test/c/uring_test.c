@@ -1107,7 +1107,10 @@ TEST_F(ur, async_cancel_of_a_command_waiting_for_a_worker)
  * NSID 4 [0, 16 MiB) into GPU 1 goes to it; once STATS shows its memory
  * pinned (the worker has started it: a command pins its memory when it
  * runs) and its CQE is not there, an IORING_OP_ASYNC_CANCEL of it gets
- * -EALREADY and the READ moves all of its bytes.
+ * -EALREADY and the READ moves all of its bytes. (Were the bounce to end in
+ * the microseconds between the peek and the cancel's look into the worker,
+ * the cancel would find nothing: -ENOENT. The bounce of 16 MiB takes
+ * milliseconds.)
  */
 TEST_F(ur, async_cancel_of_a_command_a_worker_runs)
 {

@@ -1046,6 +1046,22 @@ TEST_F(ur, async_cancel_leaves_started_commands)
 }
 
 /*
+ * Submits an IORING_OP_ASYNC_CANCEL of the command @target, posted as
+ * @user_data: io_uring_submit()'s result, -ENOSPC with no SQE free.
+ */
+static int submit_cancel(struct io_uring *r, __u64 target, __u64 user_data)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(r);
+
+	if (!sqe)
+		return -ENOSPC;
+	memset(sqe, 0, 2 * sizeof(*sqe));
+	io_uring_prep_cancel64(sqe, target, 0);
+	sqe->user_data = user_data;
+	return io_uring_submit(r);
+}
+
+/*
  * A command waiting for io_uring's worker is cancelled before it starts. With
  * one worker (IORING_REGISTER_IOWQ_MAX_WORKERS), a COMPAT READ of NSID 4
  * [0, 8 MiB) into GPU 1 [0, 8 MiB) keeps it busy (a bounce of 8 MiB) while a
@@ -1061,7 +1077,6 @@ TEST_F(ur, async_cancel_of_a_command_waiting_for_a_worker)
 	__u64 big = 8 * MiB, small = 64 * KiB, zeros = 0;
 	unsigned int workers[2] = { 1, 1 };
 	int first = 1, second = 1, cancel = 1;
-	struct io_uring_sqe *sqe;
 	struct io_uring_cqe *cqe;
 	struct io_uring r;
 
@@ -1072,12 +1087,7 @@ TEST_F(ur, async_cancel_of_a_command_waiting_for_a_worker)
 	prep(&r, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)g->map, small, 0, big,
 	     2);
 	ASSERT_EQ(2, io_uring_submit(&r));
-	sqe = io_uring_get_sqe(&r);
-	ASSERT_NE(NULL, sqe);
-	memset(sqe, 0, 2 * sizeof(*sqe));
-	io_uring_prep_cancel64(sqe, 2, 0);
-	sqe->user_data = 3;
-	ASSERT_EQ(1, io_uring_submit(&r));
+	ASSERT_EQ(1, submit_cancel(&r, 2, 3));
 	for (int i = 0; i < 3; i++) {
 		ASSERT_EQ(0, io_uring_wait_cqe(&r, &cqe));
 		if (cqe->user_data == 1)
@@ -1118,7 +1128,6 @@ TEST_F(ur, async_cancel_of_a_command_a_worker_runs)
 	unsigned int workers[2] = { 1, 1 };
 	int read_res = 1, cancel = 1, started = 0;
 	struct p2pdirect_stat before, now;
-	struct io_uring_sqe *sqe;
 	struct io_uring_cqe *cqe;
 	struct io_uring r;
 
@@ -1137,12 +1146,7 @@ TEST_F(ur, async_cancel_of_a_command_a_worker_runs)
 	}
 	ASSERT_TRUE(started) TH_LOG("the READ never pinned its memory");
 	ASSERT_EQ(-EAGAIN, io_uring_peek_cqe(&r, &cqe)) TH_LOG("the READ ended before the cancel");
-	sqe = io_uring_get_sqe(&r);
-	ASSERT_NE(NULL, sqe);
-	memset(sqe, 0, 2 * sizeof(*sqe));
-	io_uring_prep_cancel64(sqe, 1, 0);
-	sqe->user_data = 2;
-	ASSERT_EQ(1, io_uring_submit(&r));
+	ASSERT_EQ(1, submit_cancel(&r, 1, 2));
 	for (int i = 0; i < 2; i++) {
 		ASSERT_EQ(0, io_uring_wait_cqe(&r, &cqe));
 		if (cqe->user_data == 1)

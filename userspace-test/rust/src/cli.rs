@@ -29,6 +29,9 @@ pub struct Args {
     pub given: Vec<String>,
 }
 
+/// The commands that take options (see [`options_of`]).
+const COMMANDS: &[&str] = &["version", "info", "stats", "verify", "bench"];
+
 /// The options each command takes (`None`: no such command).
 pub fn options_of(cmd: &str) -> Option<&'static [&'static str]> {
     Some(match cmd {
@@ -85,7 +88,7 @@ impl Args {
         while let Some(opt) = it.next() {
             a.given.push(opt.clone());
             // An option of another command: refused for this one.
-            let known = ["version", "info", "stats", "verify", "bench"]
+            let known = COMMANDS
                 .iter()
                 .any(|c| options_of(c).is_some_and(|t| t.contains(&opt.as_str())));
             if known {
@@ -441,7 +444,6 @@ impl Namespace {
         out
     }
 
-    /// The namespace name of a block device number.
     /// The name of block device `major:minor` (`/sys/dev/block`'s link:
     /// a namespace, partition, md or dm device alike).
     pub fn name_of(major: u32, minor: u32) -> Option<String> {

@@ -162,7 +162,7 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
                 o.raw("legs", &Json::array(&legs));
                 let bad = unreachable(st);
                 let names: Vec<String> = bad.iter().map(|(leg, _)| format!("\"{leg}\"")).collect();
-                o.raw("unreachable_legs", &format!("[{}]", names.join(",")));
+                o.raw("unreachable_legs", &Json::array(&names));
                 // Each of those legs with the providers it cannot reach, as
                 // the text says them.
                 let which: Vec<String> = bad
@@ -171,7 +171,7 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
                         let mut lo = Json::obj();
                         lo.str("leg", leg);
                         let idx: Vec<String> = from.iter().map(u32::to_string).collect();
-                        lo.raw("providers", &format!("[{}]", idx.join(",")));
+                        lo.raw("providers", &Json::array(&idx));
                         lo.end()
                     })
                     .collect();

@@ -358,6 +358,47 @@ p2pd_version_json() {
 	grep -q '"abi":"[0-9]*\.[0-9]*"' /tmp/json.out && grep -q '"module_version":"' /tmp/json.out
 }
 # An option the command does not take is refused, not ignored.
+# Help on standard output with status 0, for the tool and a command.
+p2pd_help() {
+	for a in help 'help bench' 'bench --help' 'verify -h'; do
+		# shellcheck disable=SC2086 # the words of $a are the arguments
+		/tests/p2pd $a >/tmp/out 2>/tmp/err || { echo "p2pd $a: exit $?"; return 1; }
+		grep -q '^usage: p2pd' /tmp/out && [ ! -s /tmp/err ] || { echo "p2pd $a"; return 1; }
+	done
+}
+# A value-taking option followed by another option has no value (exit 2),
+# and a bad size names its option.
+p2pd_missing_value() {
+	/tests/p2pd verify --dev --json 2>/tmp/err
+	[ $? -eq 2 ] && grep -q -e '--dev needs a value' /tmp/err || { cat /tmp/err; return 1; }
+	/tests/p2pd bench --size abc 2>/tmp/err
+	[ $? -eq 2 ] && grep -q -e "--size: 'abc' is not a size" /tmp/err || { cat /tmp/err; return 1; }
+	/tests/p2pd verify --gpu 77 2>/tmp/err
+	[ $? -eq 1 ] && grep -q -e '--gpu 77: no such device-memory provider' /tmp/err ||
+		{ cat /tmp/err; return 1; }
+}
+# A standard output that cannot be written: exit 1 with the reason, no
+# panic; bench writes its --out file first.
+p2pd_stdout_full() {
+	/tests/p2pd info >/dev/full 2>/tmp/err
+	[ $? -eq 1 ] && grep -q 'standard output: No space left' /tmp/err &&
+		! grep -q panicked /tmp/err || { cat /tmp/err; return 1; }
+	rm -f /tmp/full.json
+	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 1 \
+		--only 'p2pdirect seq-read-4K' --threads 1 --json --out /tmp/full.json >/dev/full 2>/tmp/err
+	[ $? -eq 1 ] && ! grep -q panicked /tmp/err && grep -q '"path":"p2pdirect"' /tmp/full.json ||
+		{ cat /tmp/err; return 1; }
+}
+# verify of a region not in whole logical blocks: refused before anything
+# is allocated or written, naming the options and the block size.
+p2pd_verify_unaligned() {
+	for o in "--offset $((40 * 1048576 + 512 + 1))" '--size 1000'; do
+		# shellcheck disable=SC2086 # $o is an option and its value
+		/tests/p2pd verify --dev "$(ns_dev 1)" $o 2>/tmp/err
+		[ $? -eq 1 ] && grep -q "logical block size (512 bytes)" /tmp/err ||
+			{ cat /tmp/err; return 1; }
+	done
+}
 p2pd_foreign_option() {
 	/tests/p2pd stats --qd 4 2>/tmp/err
 	[ $? -eq 2 ] && grep -q 'stats does not take --qd' /tmp/err || { cat /tmp/err; return 1; }
@@ -417,6 +458,9 @@ p2pd_suite() {
 	check "p2pd bench with a failed run: its error row, exit 1" p2pd_bench_failed_run
 	check "p2pd bench --out to a path that cannot be written: refused before any run" p2pd_bench_bad_out
 	check "p2pd bench --threads 1 --qd 8,8: each run once, no -t1 run" p2pd_bench_one_thread
+	# Its bench reads into device memory: before p2pd verify, whose data the host checks.
+	check "p2pd with standard output full: exit 1 with the reason, --out written first" \
+		p2pd_stdout_full
 	check "p2pd verify --records --json: the records inside the one JSON document" p2pd_verify_json
 	check "p2pd verify without device memory for it: refused before the namespace is written" \
 		p2pd_verify_no_memory
@@ -433,6 +477,11 @@ p2pd_suite() {
 		p2pd_published_gpu
 	check "p2pd with an unknown option: usage, exit 2" sh -c '/tests/p2pd info --bogus; [ $? -eq 2 ]'
 	check "p2pd bench --qd 0: clear error, exit 2" p2pd_bad_qd
+	check "p2pd help, p2pd help bench, p2pd bench --help: usage on stdout, exit 0" p2pd_help
+	check "p2pd --dev --json: --dev needs a value, exit 2; bad --size and --gpu named" \
+		p2pd_missing_value
+	check "p2pd verify of a region not in whole logical blocks: refused, block size named" \
+		p2pd_verify_unaligned
 	say "1..$n"
 	say "# suite-exit: p2pd $fails"
 }
@@ -592,9 +641,15 @@ teardown_suites() {
 	check "rmmod p2pd_client" rmmod p2pd_client
 	check "rmmod p2pdirect" rmmod p2pdirect
 	check "module and /dev/p2pdirect gone" module_gone
+	check "p2pd without the module: says to load it, exit 1" p2pd_no_module
 	check "kmemleak reports nothing" kmemleak_clean
 	say "1..$n"
 	say "# suite-exit: guest-unload $fails"
+}
+
+p2pd_no_module() {
+	/tests/p2pd version 2>/tmp/err
+	[ $? -eq 1 ] && grep -q 'is p2pdirect.ko loaded' /tmp/err || { cat /tmp/err; return 1; }
 }
 
 # The file systems mounted and the module loaded, as checks of the suite

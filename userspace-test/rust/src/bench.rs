@@ -1135,7 +1135,7 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     } else {
         Box::new(std::io::stdout())
     };
-    report(
+    let reported = report(
         &mut *out,
         &rs,
         &ratios,
@@ -1145,7 +1145,7 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         rounds,
         left_out.as_deref(),
     )
-    .map_err(|e| format!("writing the results: {e}"))?;
+    .map_err(|e| format!("writing the results: {e}"));
     let failed = rs.iter().filter(|r| r.error.is_some()).count();
 
     let runs: Vec<String> = rs
@@ -1157,11 +1157,11 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             o.str("workload", &r.wl.name());
             o.raw("write", if r.wl.write { "true" } else { "false" });
             o.raw("random", if r.wl.random { "true" } else { "false" });
-            o.num("block_size", r.wl.bs as f64);
-            o.num("threads", r.wl.threads as f64);
-            o.num("queue_depth", r.wl.qd as f64);
-            o.num("ops", r.ops as f64);
-            o.num("bytes", r.bytes as f64);
+            o.int("block_size", r.wl.bs);
+            o.int("threads", r.wl.threads as u64);
+            o.int("queue_depth", r.wl.qd);
+            o.int("ops", r.ops);
+            o.int("bytes", r.bytes);
             o.num("seconds", r.secs);
             o.num("mib_s", r.mib_s());
             o.num("iops", r.iops());
@@ -1201,20 +1201,23 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     j.str("namespace", &ns.name);
     j.str("gpu", &gpu.pci_addr.to_string());
     j.num("seconds_per_run", secs);
-    j.num("rounds", rounds as f64);
+    j.int("rounds", rounds as u64);
     j.raw("runs", &Json::array(&runs));
     j.raw("ratios", &Json::array(&rat));
     if let Some(note) = &left_out {
         j.str("left_out", note);
     }
     let text = j.end();
-    if args.json {
-        println!("{text}");
-    }
+    // The file first: a standard output that fails ends p2pd.
     if let Some((path, mut file)) = json_file {
         file.set_len(0)
             .and_then(|()| file.write_all(text.as_bytes()))
             .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    // The table's failure, once the file has the results.
+    reported?;
+    if args.json {
+        outln!("{text}");
     }
     if failed > 0 {
         return Err(format!(
@@ -1272,13 +1275,15 @@ fn report(
     writeln!(w, "targets:")?;
     for (what, v, target, higher) in ratios {
         let (verdict, shown) = match v {
-            Some(v) if (*higher && *v >= *target) || (!*higher && *v <= *target) => ("met", *v),
-            Some(v) => ("MISSED", *v),
-            None => ("not measured", f64::NAN),
+            Some(v) if (*higher && *v >= *target) || (!*higher && *v <= *target) => {
+                ("met", format!("{v:.3}"))
+            }
+            Some(v) => ("MISSED", format!("{v:.3}")),
+            None => ("not measured", "-".into()),
         };
         writeln!(
             w,
-            "  {what}: {shown:.3} (target {} {target}) {verdict}",
+            "  {what}: {shown} (target {} {target}) {verdict}",
             if *higher { ">=" } else { "<=" }
         )?;
     }

@@ -94,15 +94,23 @@ impl Args {
             if known {
                 a.check_for(cmd)?;
             }
-            let mut val = || it.next().ok_or(format!("{opt} needs a value"));
+            // A value is never another option: `--dev --json` is `--dev`
+            // without its value, not a namespace named "--json".
+            let mut val = || {
+                it.next()
+                    .filter(|v| !v.starts_with("--"))
+                    .ok_or(format!("{opt} needs a value"))
+            };
             match opt.as_str() {
                 "--json" => a.json = true,
                 "--reset" => a.reset = true,
                 "--records" => a.records = true,
                 "--dev" => a.dev = Some(val()?.clone()),
                 "--gpu" => a.gpu = Some(val()?.parse().map_err(|_| "--gpu takes an index")?),
-                "--offset" => a.offset = Some(parse_size(val()?)?),
-                "--size" => a.size = Some(parse_size(val()?)?),
+                "--offset" => {
+                    a.offset = Some(parse_size(val()?).map_err(|e| format!("--offset: {e}"))?)
+                }
+                "--size" => a.size = Some(parse_size(val()?).map_err(|e| format!("--size: {e}"))?),
                 "--seconds" => {
                     let s: f64 = val()?.parse().map_err(|_| "--seconds takes a number")?;
                     if !(s > 0.0 && s < 3600.0) {
@@ -212,7 +220,10 @@ impl Args {
             .into_iter()
             .filter(|p| p.kind == sys::P2PDIRECT_PROVIDER_BAR)
             .find(|p| self.gpu.is_none_or(|g| g == p.index))
-            .ok_or("no such device-memory provider (see p2pd info)".into())
+            .ok_or(match self.gpu {
+                Some(g) => format!("--gpu {g}: no such device-memory provider (see p2pd info)"),
+                None => "no device-memory provider (see p2pd info)".into(),
+            })
     }
 }
 
@@ -464,14 +475,14 @@ impl Namespace {
     pub fn json(&self) -> String {
         let mut o = Json::obj();
         o.str("device", &self.name);
-        o.num("nsid", self.nsid as f64);
+        o.int("nsid", self.nsid);
         o.str("serial", &self.serial);
         o.str(
             "controller",
             &self.pci.map_or(String::new(), |a| a.to_string()),
         );
-        o.num("size", self.size as f64);
-        o.num("logical_block_size", self.lbs as f64);
+        o.int("size", self.size);
+        o.int("logical_block_size", self.lbs);
         o.end()
     }
 }
@@ -560,6 +571,13 @@ impl Json {
     pub fn num(&mut self, k: &str, v: f64) {
         self.key(k);
         self.0.push_str(&Self::number(v));
+    }
+
+    /// An exact integer (an address, a byte count): never through `f64`,
+    /// which would round values past 2^53.
+    pub fn int(&mut self, k: &str, v: impl Into<i128>) {
+        self.key(k);
+        self.0.push_str(&v.into().to_string());
     }
 
     /// A JSON number: whole numbers without a fraction, others to four

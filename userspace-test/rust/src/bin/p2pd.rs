@@ -12,6 +12,36 @@
 //!
 //! Every command takes `--json` for machine-readable output.
 
+/// `println!` that does not panic: a standard output that cannot be
+/// written (a closed pipe, a full disk) ends p2pd with status 1.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            $crate::stdout_failed(e)
+        }
+    }};
+}
+
+/// `print!` as [`outln!`] is `println!`.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout(), $($t)*) {
+            $crate::stdout_failed(e)
+        }
+    }};
+}
+
+/// Standard output failed: status 1, with the reason unless the reader
+/// went away (`p2pd info | head -1`), which needs none.
+fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() != std::io::ErrorKind::BrokenPipe {
+        eprintln!("p2pd: standard output: {e}");
+    }
+    std::process::exit(1)
+}
+
 #[path = "../bench.rs"]
 mod bench;
 #[path = "../cli.rs"]
@@ -70,9 +100,9 @@ fn show_version(dev: &Device, args: &Args) -> Result<(), String> {
             "tool_abi",
             &format!("{}.{}", sys::P2PDIRECT_ABI_MAJOR, sys::P2PDIRECT_ABI_MINOR),
         );
-        println!("{}", o.end());
+        outln!("{}", o.end());
     } else {
-        println!("{v}");
+        outln!("{v}");
     }
     Ok(())
 }
@@ -119,18 +149,18 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
         let mut ps = Vec::new();
         for p in &providers {
             let mut o = Json::obj();
-            o.num("index", p.index as f64);
+            o.int("index", p.index);
             o.str("kind", cli::provider_kind(p.kind));
             o.str("pci", &p.pci_addr.to_string());
-            o.num("bar", p.bar as f64);
-            o.num("bar_size", p.bar_size as f64);
-            o.num("bus_addr", p.bus_addr as f64);
-            o.num("bytes_free", p.bytes_free as f64);
-            o.num("bytes_used", p.bytes_used as f64);
+            o.int("bar", p.bar);
+            o.int("bar_size", p.bar_size);
+            o.int("bus_addr", p.bus_addr);
+            o.int("bytes_free", p.bytes_free);
+            o.int("bytes_used", p.bytes_used);
             let mut reach = Json::obj();
             for ns in &namespaces {
                 match distance(p, ns) {
-                    Some(d) => reach.num(&ns.name, d as f64),
+                    Some(d) => reach.int(&ns.name, d),
                     None => reach.raw(&ns.name, "null"),
                 }
             }
@@ -184,17 +214,24 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
             })
             .collect();
         j.raw("stacked", &Json::array(&sts));
-        println!("{}", j.end());
+        outln!("{}", j.end());
         return Ok(());
     }
-    println!("{v}");
-    println!("device-memory providers: {}", providers.len());
-    println!(
+    outln!("{v}");
+    outln!("device-memory providers: {}", providers.len());
+    outln!(
         "  {:>3}  {:<9}  {:<12}  {:>4}  {:>8}  {:>12}  {:>8}  {:>8}",
-        "idx", "kind", "pci", "bar", "size MiB", "bus addr", "free MiB", "used MiB"
+        "idx",
+        "kind",
+        "pci",
+        "bar",
+        "size MiB",
+        "bus addr",
+        "free MiB",
+        "used MiB"
     );
     for p in &providers {
-        println!(
+        outln!(
             "  {:>3}  {:<9}  {:<12}  {:>4}  {:>8}  {:>#12x}  {:>8}  {:>8}",
             p.index,
             cli::provider_kind(p.kind),
@@ -206,13 +243,18 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
             p.bytes_used >> 20
         );
     }
-    println!("NVMe namespaces: {}", namespaces.len());
-    println!(
+    outln!("NVMe namespaces: {}", namespaces.len());
+    outln!(
         "  {:<10}  {:>4}  {:<12}  {:<16}  {:>9}  {:>5}",
-        "device", "nsid", "controller", "serial", "size MiB", "lbs"
+        "device",
+        "nsid",
+        "controller",
+        "serial",
+        "size MiB",
+        "lbs"
     );
     for ns in &namespaces {
-        println!(
+        outln!(
             "  {:<10}  {:>4}  {:<12}  {:<16}  {:>9}  {:>5}",
             ns.name,
             ns.nsid,
@@ -222,7 +264,7 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
             ns.lbs
         );
     }
-    println!("stacked block devices: {}", stacked.len());
+    outln!("stacked block devices: {}", stacked.len());
     for st in &stacked {
         let legs: Vec<String> = st
             .legs
@@ -247,21 +289,21 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
                 .collect();
             format!("unreachable: {} (I/O needs COMPAT)", what.join("; "))
         };
-        println!("  {} {}: {}; {reach}", st.name, st.kind, legs.join(", "));
+        outln!("  {} {}: {}; {reach}", st.name, st.kind, legs.join(", "));
     }
-    println!("P2P reachability (kernel P2PDMA distance; '-' = not reachable, I/O needs COMPAT):");
-    print!("  {:<14}", "provider");
+    outln!("P2P reachability (kernel P2PDMA distance; '-' = not reachable, I/O needs COMPAT):");
+    out!("  {:<14}", "provider");
     for ns in &namespaces {
-        print!(" {:>10}", ns.name);
+        out!(" {:>10}", ns.name);
     }
-    println!();
+    outln!();
     for p in &providers {
-        print!("  {:<3} {:<10}", p.index, p.pci_addr.to_string());
+        out!("  {:<3} {:<10}", p.index, p.pci_addr.to_string());
         for ns in &namespaces {
             let d = distance(p, ns).map_or("-".to_string(), |d| d.to_string());
-            print!(" {:>10}", d);
+            out!(" {:>10}", d);
         }
-        println!();
+        outln!();
     }
     Ok(())
 }
@@ -303,15 +345,15 @@ fn stats(dev: &Device, args: &Args) -> Result<(), String> {
                     ("lat_avg_ns", r.lat_avg_ns),
                     ("lat_max_ns", r.lat_max_ns),
                 ] {
-                    o.num(k, v as f64);
+                    o.int(k, v);
                 }
                 o.end()
             })
             .collect();
-        println!("{}", Json::array(&items));
+        outln!("{}", Json::array(&items));
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<8} {:<12} {:>7} {:>7} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
         "kind",
         "device",
@@ -340,7 +382,7 @@ fn stats(dev: &Device, args: &Args) -> Result<(), String> {
             }
             _ => r.device.to_string(),
         };
-        println!(
+        outln!(
             "{:<8} {:<12} {:>7} {:>7} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
             kind,
             dev,
@@ -359,7 +401,7 @@ fn stats(dev: &Device, args: &Args) -> Result<(), String> {
         );
     }
     if args.reset {
-        println!("(counters reset)");
+        outln!("(counters reset)");
     }
     Ok(())
 }
@@ -386,6 +428,15 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
     };
     if size == 0 {
         return Err("--size must be more than 0".into());
+    }
+    // O_DIRECT and the device move whole logical blocks.
+    let lbs = u64::from(ns.lbs.max(1));
+    if !src.is_multiple_of(lbs) || !size.is_multiple_of(lbs) {
+        return Err(format!(
+            "--offset {src} and --size {size} must be multiples of {}'s logical block \
+             size ({lbs} bytes)",
+            ns.name
+        ));
     }
     if end > ns.size {
         return Err(format!(
@@ -474,25 +525,25 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
         j.raw("ok", if ok { "true" } else { "false" });
         j.str("namespace", &ns.name);
         j.str("gpu", &gpu.pci_addr.to_string());
-        j.num("bytes", size as f64);
+        j.int("bytes", size);
         j.num("read_mib_s", mibs(read_s));
         j.num("write_mib_s", mibs(write_s));
         j.num(
             "p2p_bytes",
             (r.p2p_bytes + w.p2p_bytes + r2.p2p_bytes) as f64,
         );
-        j.num("bad_bytes", (bad_read + bad_back) as f64);
+        j.int("bad_bytes", (bad_read + bad_back) as u64);
         if args.records {
             // In the one JSON document, not printed before it.
             let quoted: Vec<String> = records.iter().map(|r| Json::quote(r)).collect();
             j.raw("records", &Json::array(&quoted));
         }
-        println!("{}", j.end());
+        outln!("{}", j.end());
     } else {
         for r in &records {
-            println!("{r}");
+            outln!("{r}");
         }
-        println!(
+        outln!(
             "verify: {}, {} [{:#x}] -> GPU {} -> {} [{:#x}] -> GPU",
             cli::human_bytes(size),
             ns.name,
@@ -501,19 +552,19 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
             ns.name,
             dst
         );
-        println!(
+        outln!(
             "  READ  {:>8.1} MiB/s  p2p {:>9}  {} bytes differ",
             mibs(read_s),
             cli::human_bytes(r.p2p_bytes),
             bad_read
         );
-        println!(
+        outln!(
             "  WRITE {:>8.1} MiB/s  p2p {:>9}  (read back: {} bytes differ)",
             mibs(write_s),
             cli::human_bytes(w.p2p_bytes),
             bad_back
         );
-        println!("  {}", if ok { "OK" } else { "FAILED" });
+        outln!("  {}", if ok { "OK" } else { "FAILED" });
     }
     if ok {
         Ok(())
@@ -527,6 +578,16 @@ fn main() -> ExitCode {
     let Some((cmd, rest)) = argv.split_first() else {
         return usage();
     };
+    // `p2pd help [COMMAND]`, `p2pd COMMAND --help`: the usage, which
+    // describes every command, on standard output.
+    let is_help = |a: &String| matches!(a.as_str(), "help" | "--help" | "-h");
+    let help_of = |a: &String| is_help(a) || cli::options_of(a).is_some();
+    if (is_help(cmd) && rest.iter().all(help_of))
+        || (cli::options_of(cmd).is_some() && rest.iter().any(|a| a == "--help" || a == "-h"))
+    {
+        outln!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     if cli::options_of(cmd).is_none() {
         eprintln!("p2pd: unknown command '{cmd}'");
         return usage();
@@ -544,15 +605,20 @@ fn main() -> ExitCode {
         "stats" => stats,
         "verify" => verify,
         "bench" => bench::run,
-        "help" | "--help" | "-h" => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
         _ => return usage(),
     };
     // Every command first checks that the module speaks the tool's ABI.
     let result = Device::open()
-        .map_err(|e| format!("{}: {e}", p2pdirect::DEVICE_PATH))
+        .map_err(|e| {
+            let hint = match e.raw_os_error() {
+                Some(libc::ENOENT) => " (is p2pdirect.ko loaded? insmod p2pdirect.ko)",
+                Some(libc::EACCES) => {
+                    " (root only by default: run as root, or widen the node with a udev rule)"
+                }
+                _ => "",
+            };
+            format!("{}: {e}{hint}", p2pdirect::DEVICE_PATH)
+        })
         .and_then(|d| version(&d).and_then(|_| run(&d, &args)));
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -241,13 +241,16 @@ struct MemState {
     released: bool,
     /// An invalidation is telling the consumer or dropping the claim.
     busy: bool,
+    /// The thread running the consumer's callback while it runs (its
+    /// pid): a `put` from inside the callback must not wait for itself.
+    telling: Option<kernel::task::Pid>,
 }
 
 /// A range a consumer of another module took.
 #[pin_data]
 pub(crate) struct KernelMem {
     id: u64,
-    notify: Option<Notify>,
+    notify: Notify,
     /// p2pdirect's own memory: the allocation it is subscribed to.
     state: Option<Arc<AllocState>>,
     /// A client of another module: its claims and this claim's id.
@@ -279,13 +282,17 @@ impl Consumer for KernelMem {
             // waits for this invalidation to end.
             let mut st = self.st.lock();
             st.busy = true;
+            if !st.released {
+                st.telling = Some(kernel::current!().pid());
+            }
             (claim, !st.released)
         };
         // The consumer stops its DMA first; the claim then unmaps and
         // unpins. No lock of p2pdirect's is held meanwhile.
-        if let (true, Some(n)) = (tell, &self.notify) {
-            n.call();
+        if tell {
+            self.notify.call();
         }
+        self.st.lock().telling = None;
         drop(claim);
         crate::devmem::reap();
         let mut st = self.st.lock();
@@ -364,7 +371,7 @@ impl KernelApi for Api {
         Ok(())
     }
 
-    fn get(addr: u64, size: u64, write: bool, notify: Option<Notify>) -> Result<Arc<KernelMem>> {
+    fn get(addr: u64, size: u64, write: bool, notify: Notify) -> Result<Arc<KernelMem>> {
         if kernel::current!().mm().is_none() {
             return Err(EFAULT);
         }
@@ -393,6 +400,7 @@ impl KernelApi for Api {
                 st <- new_mutex!(MemState {
                     released: false,
                     busy: false,
+                    telling: None,
                 }),
                 done <- new_condvar!(),
             }),
@@ -456,6 +464,13 @@ impl KernelApi for Api {
         // mark itself busy; then wait for it to end.
         let claim = mem.claim.lock().take();
         let mut st = mem.st.lock();
+        // From inside the consumer's own callback (which the header
+        // forbids, but an RDMA driver may well do): waiting would wait for
+        // this very call. The invalidation holds the claim and lets it go
+        // once the callback returns; the range is released already.
+        if st.busy && st.telling == Some(kernel::current!().pid()) {
+            return;
+        }
         while st.busy {
             mem.done.wait(&mut st);
         }

@@ -307,11 +307,20 @@ fn ask(clients: Snapshot, range: UserRange) -> Result<Claim> {
 }
 
 /// Asks the module's clients in order; the first to claim `range` owns it.
-/// `ENXIO` when every client declines: the range is not device memory. The
-/// registry's lock is held only while the clients are listed.
+/// When every client declines: `EFAULT` if nothing is mapped at the range's
+/// start, else `ENXIO` (the range is not device memory). A client's own
+/// error ends the search. The registry's lock is held only while the
+/// clients are listed.
 pub(crate) fn acquire(range: UserRange) -> Result<Claim> {
     let clients = clients().snapshot()?;
-    ask(clients, range)
+    ask(clients, range).map_err(|e| {
+        use crate::sys::vma::{user_mapping, UserMapping};
+        if e == ENXIO && user_mapping(range.addr) == UserMapping::None {
+            EFAULT
+        } else {
+            e
+        }
+    })
 }
 
 #[cfg(CONFIG_KUNIT)]

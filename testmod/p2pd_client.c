@@ -3,8 +3,10 @@
  * p2pd_client: a peer-memory client for the tests, playing another GPU
  * driver through p2pdirect's kernel API (include/linux/p2pdirect.h). It owns
  * P2PD_CLIENT_PAGES pages of host memory that user space maps through
- * debugfs p2pd_client/mem, and claims exactly the ranges inside such a
- * mapping. Writing "invalidate" to p2pd_client/ctl invalidates every claim
+ * debugfs p2pd_client/mem (pages, as vm_insert_page maps them) or
+ * p2pd_client/pfnmem (pure PFNs, VM_IO | VM_PFNMAP, as GPU drivers map their
+ * memory: get_user_pages cannot pin them), and claims exactly the ranges
+ * inside such a mapping. Writing "invalidate" to p2pd_client/ctl invalidates every claim
  * it handed out (its memory "freed"); reading ctl gives "claims N
  * invalidated N".
  */
@@ -57,6 +59,30 @@ static int mem_mmap(struct file *f, struct vm_area_struct *vma)
 static const struct file_operations mem_fops = {
 	.owner = THIS_MODULE,
 	.mmap = mem_mmap,
+};
+
+/* The same pages as PFNs: remap_pfn_range sets VM_IO | VM_PFNMAP. */
+static int pfnmem_mmap(struct file *f, struct vm_area_struct *vma)
+{
+	unsigned long n = vma_pages(vma), i;
+	int ret;
+
+	if (vma->vm_pgoff || n > P2PD_CLIENT_PAGES || !(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	vma->vm_ops = &mem_vm_ops;
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTCOPY);
+	for (i = 0; i < n; i++) {
+		ret = remap_pfn_range(vma, vma->vm_start + i * PAGE_SIZE, page_to_pfn(pages[i]),
+				      PAGE_SIZE, vma->vm_page_prot);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static const struct file_operations pfnmem_fops = {
+	.owner = THIS_MODULE,
+	.mmap = pfnmem_mmap,
 };
 
 static int client_acquire(unsigned long addr, size_t size, void *peer_mem_private_data,
@@ -236,6 +262,7 @@ static int __init client_init(void)
 	dir = debugfs_create_dir("p2pd_client", NULL);
 	/* Unproxied: the mmap goes to mem_fops (an open file holds the module). */
 	debugfs_create_file_unsafe("mem", 0600, dir, NULL, &mem_fops);
+	debugfs_create_file_unsafe("pfnmem", 0600, dir, NULL, &pfnmem_fops);
 	debugfs_create_file("ctl", 0600, dir, NULL, &ctl_fops);
 	return 0;
 }

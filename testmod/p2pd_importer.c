@@ -28,9 +28,11 @@
  *
  * Each open file of p2pd_importer/peer is a consumer of p2pdirect's kernel
  * API (include/linux/p2pdirect.h), taking a user range of the writer:
- *   acquire ADDR SIZE BDF [write]
+ *   acquire ADDR SIZE BDF [write|noinval|putincb]
  *	p2pdirect_peer_get() of [ADDR, ADDR + SIZE) (hex), then
- *	p2pdirect_peer_dma_map() for PCI function BDF
+ *	p2pdirect_peer_dma_map() for PCI function BDF; noinval passes no
+ *	invalidation callback (which p2pdirect refuses), putincb makes the
+ *	callback put the range itself (which the API advises against)
  *   map	p2pdirect_peer_dma_map() again
  *   unmap	p2pdirect_peer_dma_unmap()
  *   release	p2pdirect_peer_put()
@@ -501,6 +503,7 @@ struct peer_user {
 	struct p2pdirect_peer_seg segs[PEER_SEGS];
 	int nsegs;		/* mapped segments; 0: not mapped */
 	atomic_t invalidations;
+	bool put_in_cb;		/* the callback puts the range */
 };
 
 /* Told the memory goes: takes no lock (p2pdirect_peer_put() waits for it). */
@@ -510,6 +513,12 @@ static void peer_invalidate(void *priv)
 
 	atomic_inc(&pu->invalidations);
 	WRITE_ONCE(pu->nsegs, 0);
+	if (READ_ONCE(pu->put_in_cb)) {
+		struct p2pdirect_peer_mem *mem = xchg(&pu->mem, NULL);
+
+		if (mem)
+			p2pdirect_peer_put(mem);
+	}
 }
 
 static int peer_map(struct peer_user *pu)
@@ -534,11 +543,11 @@ static int peer_unmap(struct peer_user *pu)
 
 static void peer_release(struct peer_user *pu)
 {
-	if (!pu->mem)
-		return;
-	p2pdirect_peer_put(pu->mem);
+	struct p2pdirect_peer_mem *mem = xchg(&pu->mem, NULL);
+
+	if (mem)
+		p2pdirect_peer_put(mem);
 	pci_dev_put(pu->pdev);
-	pu->mem = NULL;
 	pu->pdev = NULL;
 	pu->nsegs = 0;
 }
@@ -555,12 +564,21 @@ static int peer_acquire(struct peer_user *pu, char *args)
 	if (pu->mem)
 		return -EBUSY;
 	if (!addr_s || !size_s || !bdf || kstrtoul(addr_s, 16, &addr) ||
-	    kstrtoul(size_s, 16, &size) || (opt && strcmp(opt, "write")))
+	    kstrtoul(size_s, 16, &size) ||
+	    (opt && strcmp(opt, "write") && strcmp(opt, "noinval") && strcmp(opt, "putincb")))
 		return -EINVAL;
+	/* A range put by the callback leaves its PCI device for the close. */
+	pci_dev_put(pu->pdev);
+	pu->pdev = NULL;
+	WRITE_ONCE(pu->put_in_cb, opt && !strcmp(opt, "putincb"));
 	dev = bus_find_device_by_name(&pci_bus_type, NULL, bdf);
 	if (!dev)
 		return -ENODEV;
-	mem = p2pdirect_peer_get(addr, size, !!opt, peer_invalidate, pu);
+	if (opt && !strcmp(opt, "noinval"))
+		mem = p2pdirect_peer_get(addr, size, false, NULL, pu);
+	else
+		mem = p2pdirect_peer_get(addr, size, opt && !strcmp(opt, "write"), peer_invalidate,
+					 pu);
 	if (IS_ERR(mem)) {
 		put_device(dev);
 		return PTR_ERR(mem);

@@ -50,7 +50,10 @@ struct sg_table;
  * acquire, get_pages, dma_map, dma_unmap, put_pages and release are
  * required. Every callback may sleep; p2pdirect calls one context's
  * callbacks one at a time, under a lock of that claim (a consumer's
- * dma_map waits for it), and none with a lock of its own held otherwise.
+ * dma_map waits for it), and none with a lock of its own held otherwise,
+ * but for REGISTER: its acquire (and the release of a claim it then
+ * refuses) run under the registering file's registration lock, which no
+ * callback and no invalidation takes.
  */
 struct p2pdirect_peer_memory_client {
 	char name[P2PDIRECT_PEER_NAME_MAX];
@@ -111,11 +114,18 @@ struct p2pdirect_peer_seg {
  * Takes [@addr, @addr + @size) of the calling process through the client
  * that owns it and pins it (for the device to write into it if @write).
  * @invalidate(@priv) runs when the memory goes away (FREE, close, exit,
- * device removal, the client's invalidation or unregistering): the
+ * device removal, the client's invalidation or unregistering; not for
+ * another driver's P2PDMA pages mapped by the user, P2PDIRECT_CLIENT_P2PDMA_USER,
+ * such as a CMB through sysfs p2pmem/allocate: that driver's removal waits
+ * for the put instead, as it waits for every user of its pages): the
  * consumer must stop DMA to it before returning; p2pdirect then unmaps and
  * unpins it, and later maps fail with -ESTALE. The callback may run before
- * this function returns, may sleep, and must not call into this API (defer
- * the put). Returns an ERR_PTR: -EINVAL (empty or wrapping range), -ENXIO
+ * this function returns, may sleep, and should not call into this API
+ * (defer the put; a p2pdirect_peer_put() of this range from inside the
+ * callback is taken as the put, and returns without waiting: the
+ * invalidation unmaps and unpins once the callback returns); it is required (NULL: -EINVAL), since a consumer that is not told
+ * could keep DMAing into memory given to someone else. Returns an ERR_PTR:
+ * -EINVAL (empty or wrapping range, or no @invalidate), -ENXIO
  * (no client owns the range: not device memory), -EFAULT (no user address
  * space: a kernel thread; or a range partly in device memory), -ESTALE (the
  * memory went away meanwhile), -ENOMEM, or the client's error.
@@ -142,6 +152,8 @@ unsigned long p2pdirect_peer_page_size(struct p2pdirect_peer_mem *mem);
  * Unmaps, unpins and releases the range; @mem is gone. Once it returns,
  * @invalidate is neither running nor called again, so it waits for a
  * running one: @invalidate must not wait for a lock held across this call.
+ * Called from inside @invalidate for its own range, it returns at once
+ * (the invalidation finishes the release when the callback returns).
  */
 void p2pdirect_peer_put(struct p2pdirect_peer_mem *mem);
 

@@ -505,10 +505,20 @@ impl BioPages for Pages {
 }
 
 /// Whether the page at user address `addr` of the calling process is
-/// P2PDMA memory; `EFAULT` if it is not mapped.
+/// P2PDMA memory. Only a mapping of pages is pinned to find out: nothing
+/// mapped, pure PFNs or I/O memory (another driver's, which its own
+/// peer-memory client may claim) and a mapping with no access are not
+/// P2PDMA pages, and are not faulted in.
 pub(crate) fn user_addr_is_p2pdma(addr: u64) -> Result<bool> {
-    let pages = Pages::pin_user(addr & !(PAGE - 1), 1, false)?;
-    Ok(pages.is_p2pdma())
+    if super::vma::user_mapping(addr) != super::vma::UserMapping::Pages {
+        return Ok(false);
+    }
+    match Pages::pin_user(addr & !(PAGE - 1), 1, false) {
+        Ok(pages) => Ok(pages.is_p2pdma()),
+        // Unmapped or changed since the look: not P2PDMA pages either.
+        Err(e) if e == EFAULT => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 #[kernel::macros::kunit_tests(p2pdirect_gup)]

@@ -242,7 +242,7 @@ pub(crate) trait KernelApi {
     fn unregister(client: Arc<Self::Client>);
     fn invalidate(client: &Self::Client, core_context: u64) -> Result;
 
-    fn get(addr: u64, size: u64, write: bool, notify: Option<Notify>) -> Result<Arc<Self::Mem>>;
+    fn get(addr: u64, size: u64, write: bool, notify: Notify) -> Result<Arc<Self::Mem>>;
     fn dma_map(mem: &Self::Mem, dev: &pci::Device) -> Result<KVec<(u64, u64)>>;
     fn dma_unmap(mem: &Self::Mem);
     fn page_size(mem: &Self::Mem) -> u64;
@@ -353,7 +353,7 @@ pub(crate) unsafe fn invalidate<T: KernelApi>(handle: *mut c_void, core_context:
 /// # Safety
 ///
 /// `invalidate`, if not NULL, is callable with `priv_` until the range is
-/// put.
+/// put (NULL is refused: `EINVAL`).
 pub(crate) unsafe fn get<T: KernelApi>(
     addr: usize,
     size: usize,
@@ -361,8 +361,14 @@ pub(crate) unsafe fn get<T: KernelApi>(
     invalidate: Option<unsafe extern "C" fn(*mut c_void)>,
     priv_: *mut c_void,
 ) -> *mut c_void {
+    // A consumer that cannot be told the memory goes away could keep its
+    // DMA running into memory given to someone else: refused, as a dma-buf
+    // importer without `invalidate_mappings` is.
+    let Some(f) = invalidate else {
+        return EINVAL.to_ptr();
+    };
     // INVARIANT: the caller's promise.
-    let notify = invalidate.map(|f| Notify { f, priv_ });
+    let notify = Notify { f, priv_ };
     match T::get(addr as u64, size as u64, write, notify) {
         Ok(m) => m.into_foreign().cast(),
         Err(e) => e.to_ptr(),

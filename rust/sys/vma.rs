@@ -235,6 +235,42 @@ pub(crate) fn in_one_mapping(addr: u64, len: u64) -> bool {
     guard.vma_lookup(start).is_some_and(|vma| end <= vma.end())
 }
 
+/// What the calling process has mapped at a user address.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum UserMapping {
+    /// Nothing (or no address space: a kernel thread).
+    None,
+    /// A mapping whose pages `get_user_pages` cannot pin or must not
+    /// fault: pure PFNs or I/O memory (`VM_IO`, `VM_PFNMAP`: a GPU driver's
+    /// or a sysfs PCI resource's), or one with no access (a `PROT_NONE`
+    /// reservation).
+    NoPages,
+    /// A mapping of pages.
+    Pages,
+}
+
+/// What the calling process maps at `addr`.
+pub(crate) fn user_mapping(addr: u64) -> UserMapping {
+    use kernel::mm::virt::flags;
+    let Ok(addr) = usize::try_from(addr) else {
+        return UserMapping::None;
+    };
+    let task = kernel::current!();
+    let Some(mm) = task.mm() else {
+        return UserMapping::None;
+    };
+    let guard = mm.mmap_read_lock();
+    let Some(vma) = guard.vma_lookup(addr) else {
+        return UserMapping::None;
+    };
+    let f = vma.flags();
+    if f & (flags::IO | flags::PFNMAP) != 0 || f & (flags::READ | flags::WRITE) == 0 {
+        UserMapping::NoPages
+    } else {
+        UserMapping::Pages
+    }
+}
+
 /// The file offset (in bytes) that `vma` maps.
 pub(crate) fn vma_offset(vma: &VmaNew) -> u64 {
     // SAFETY: `vma` is a valid VMA under setup; `vm_pgoff` is set.

@@ -42,6 +42,7 @@
 #define PEER_PATH "/sys/kernel/debug/p2pd_importer/peer"
 #define CLIENT_MEM "/sys/kernel/debug/p2pd_client/mem"
 #define CLIENT_CTL "/sys/kernel/debug/p2pd_client/ctl"
+#define CLIENT_PFNMEM "/sys/kernel/debug/p2pd_client/pfnmem"
 #define MiB (1ull << 20)
 #define PAGE 4096ull
 
@@ -137,6 +138,9 @@ TEST_F(ka, consumer_gets_bus_addresses)
 			      self->sw));
 	free(ram);
 	EXPECT_EQ(-EINVAL, tm_cmd(self->peer, "acquire %lx 0 %s", (unsigned long)p, self->sw));
+	/* A consumer that could not be told the memory goes away is refused. */
+	EXPECT_EQ(-EINVAL, tm_cmd(self->peer, "acquire %lx %llx %s noinval", (unsigned long)p,
+				  PAGE, self->sw));
 	ASSERT_EQ(0, tm_state(self->peer, &st));
 	EXPECT_EQ(0, st.attached);
 	munmap(p, MiB);
@@ -162,6 +166,35 @@ TEST_F(ka, free_invalidates_the_consumer)
 	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
 	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+}
+
+/*
+ * A consumer that puts its range from inside its own invalidation callback
+ * (the API advises against it; RDMA drivers do it) does not hang FREE: the
+ * put returns at once, the invalidation then unmaps and unpins, and the
+ * memory is back when FREE returns.
+ */
+TEST_F(ka, put_from_the_invalidate_callback)
+{
+	__u64 before = provider_used_bytes(self->fd, self->gpu.index);
+	struct p2pdirect_free f;
+	struct p2pdirect_alloc a;
+	struct tm_state st;
+	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
+
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s putincb", (unsigned long)p, MiB,
+			    self->sw));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
+	EXPECT_EQ(1, st.mapped);
+	munmap(p, MiB);
+	f.handle = a.handle;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &f));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.attached);
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
+	/* Put already: nothing left to release. */
+	EXPECT_EQ(-ENOTCONN, tm_cmd(self->peer, "release"));
 }
 
 /*
@@ -280,6 +313,42 @@ TEST_F(ka, consumer_unload_releases_its_range)
 	f.handle = a.handle;
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &f));
 	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
+}
+
+/*
+ * Another module's client that maps its memory as PFNs (VM_IO | VM_PFNMAP,
+ * as a GPU driver does) is asked too: the built-in clients decline such a
+ * mapping instead of failing on it (they asked get_user_pages, which
+ * refuses it: EFAULT, and the outside client was never asked).
+ */
+TEST_F(ka, outside_client_pfnmap)
+{
+	struct p2pdirect_dma_seg segs[8];
+	struct p2pdirect_dma_probe pr = { 0 };
+	struct tm_state st;
+	int mem;
+	void *p;
+
+	mem = open(CLIENT_PFNMEM, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(mem, 0) TH_LOG("open %s: %s (p2pd_client.ko loaded?)", CLIENT_PFNMEM,
+				 strerror(errno));
+	p = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	pr.addr = (uintptr_t)p;
+	pr.size = 4 * PAGE;
+	pr.fd = self->ns_fd;
+	pr.segs = (uintptr_t)segs;
+	pr.capacity = 8;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &pr)) TH_LOG("%s", strerror(errno));
+	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_EXTERNAL, pr.client);
+	EXPECT_GE(pr.count, 1u);
+	/* A consumer in the kernel gets it from the same client. */
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, 2 * PAGE, self->sw));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
+	EXPECT_EQ(1, st.mapped);
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+	munmap(p, 4 * PAGE);
+	close(mem);
 }
 
 /* Another module's client: its memory, its DMA mappings, its invalidation. */

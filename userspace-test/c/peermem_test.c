@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,6 +388,48 @@ TEST_F(pm, register_query_deregister)
 	EXPECT_EQ(EINVAL, errno);
 	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REG_QUERY, &bad_pad));
 	EXPECT_EQ(EINVAL, errno);
+}
+
+/*
+ * Mappings whose pages cannot be pinned (a PCI BAR mapped through sysfs:
+ * VM_IO | VM_PFNMAP, as GPU drivers map their memory) or have no access (a
+ * PROT_NONE reservation) are declined by the built-in clients, not faulted:
+ * ENXIO when no client claims them, so that another module's client is
+ * asked (kapi_test's outside_client_pfnmap); EFAULT only where nothing is
+ * mapped.
+ */
+TEST_F(pm, unpinnable_mappings_are_declined)
+{
+	struct probe_result *r = calloc(1, sizeof(*r));
+	char bdf[32], path[PATH_MAX];
+	void *bar, *none, *gone;
+	__u64 id = 0;
+	int f;
+
+	ASSERT_NE(NULL, r);
+	pci_name(self->gpu->pci_addr, bdf, sizeof(bdf));
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource%u", bdf, self->gpu->bar);
+	f = open(path, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(f, 0) TH_LOG("open %s: %s", path, strerror(errno));
+	bar = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+	ASSERT_NE(MAP_FAILED, bar) TH_LOG("mmap %s: %s", path, strerror(errno));
+	close(f);
+	probe(self->fd, bar, MiB, self->sw, r);
+	EXPECT_EQ(ENXIO, r->err) TH_LOG("BAR through sysfs: %s", strerror(r->err));
+	EXPECT_EQ(-ENXIO, reg(self->fd, bar, MiB, &id));
+	munmap(bar, MiB);
+	none = mmap(NULL, MiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, none);
+	probe(self->fd, none, MiB, self->sw, r);
+	EXPECT_EQ(ENXIO, r->err) TH_LOG("PROT_NONE: %s", strerror(r->err));
+	EXPECT_EQ(-ENXIO, reg(self->fd, none, MiB, &id));
+	/* Nothing mapped there: EFAULT, as before. */
+	gone = none;
+	munmap(none, MiB);
+	probe(self->fd, gone, MiB, self->sw, r);
+	EXPECT_EQ(EFAULT, r->err) TH_LOG("unmapped: %s", strerror(r->err));
+	EXPECT_EQ(-EFAULT, reg(self->fd, gone, MiB, &id));
+	free(r);
 }
 
 TEST_F(pm, register_ram_is_enxio)

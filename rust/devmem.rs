@@ -718,6 +718,15 @@ fn reap_at_exit() {
     }
 }
 
+/// ALLOC's size and alignment, before any provider is looked up: `EINVAL`
+/// for a size of 0 or an alignment that is not 0 or a power of two.
+pub(crate) fn check_alloc_args(size: u64, align: u64) -> Result {
+    if size == 0 || (align != 0 && !align.is_power_of_two()) {
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
 /// An allocation, as its file owns it.
 pub(crate) struct Allocation {
     pub(crate) state: Arc<AllocState>,
@@ -748,9 +757,7 @@ impl Allocation {
         mapping: FileMapping,
     ) -> Result<(Self, AllocInfo)> {
         let page = PAGE_SIZE as u64;
-        if size == 0 || (align != 0 && !align.is_power_of_two()) {
-            return Err(EINVAL);
-        }
+        check_alloc_args(size, align)?;
         let size = size.checked_next_multiple_of(page).ok_or(ENOMEM)?;
         if size > provider.bar_size {
             return Err(ENOMEM);

@@ -133,7 +133,11 @@ const _: () =
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
-    if file.flags() & flags::O_ACCMODE == flags::O_RDONLY && !read_only_ok(cmd) {
+    // Open for writing: O_WRONLY or O_RDWR. Access mode 3 (ioctl only:
+    // neither read nor write) may only look, as O_RDONLY.
+    let acc = file.flags() & flags::O_ACCMODE;
+    let writable = acc == flags::O_WRONLY || acc == flags::O_RDWR;
+    if !writable && !read_only_ok(cmd) {
         if !KNOWN.contains(&cmd) {
             return Err(unknown(cmd));
         }
@@ -141,6 +145,15 @@ fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
             EBADF,
             "ioctl 0x{:08x} needs /dev/p2pdirect opened for writing (O_RDWR)\n",
             cmd
+        );
+    }
+    // The dma-buf gives read and write access to the memory, so does the
+    // file it comes from: refused, as the rule above, before the argument
+    // is read.
+    if cmd == uapi::P2PDIRECT_IOC_EXPORT_DMABUF && acc != flags::O_RDWR {
+        refuse!(
+            EBADF,
+            "EXPORT_DMABUF refused: /dev/p2pdirect must be open O_RDWR (the dma-buf is read-write)\n"
         );
     }
     match cmd {
@@ -154,8 +167,8 @@ fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
         uapi::P2PDIRECT_IOC_REG_QUERY => reg_id(arg, |id| me.reg_state(id)),
         uapi::P2PDIRECT_IOC_READ => io(me, arg, false),
         uapi::P2PDIRECT_IOC_WRITE => io(me, arg, true),
-        uapi::P2PDIRECT_IOC_EXPORT_DMABUF => export_dmabuf(me, file, arg),
-        uapi::P2PDIRECT_IOC_STATS => stats(arg, file.flags() & flags::O_ACCMODE == flags::O_RDONLY),
+        uapi::P2PDIRECT_IOC_EXPORT_DMABUF => export_dmabuf(me, arg),
+        uapi::P2PDIRECT_IOC_STATS => stats(arg, !writable),
         _ => Err(unknown(cmd)),
     }
 }
@@ -225,27 +238,22 @@ fn alloc(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
 }
 
 /// The fd is reserved before and installed after the copy-out, so a caller
-/// that cannot learn it gets no descriptor either.
-fn export_dmabuf(me: &OpenFile, file: &File, arg: usize) -> Result<isize> {
+/// that cannot learn it gets no descriptor either. `dispatch` refused a file
+/// not open O_RDWR already.
+fn export_dmabuf(me: &OpenFile, arg: usize) -> Result<isize> {
     let mut req: uapi::p2pdirect_export_dmabuf = self::arg(arg)?;
     if req.flags & !uapi::P2PDIRECT_EXPORT_CLOEXEC != 0 {
         return Err(EINVAL);
-    }
-    // The dma-buf gives read and write access to the memory, so does the
-    // file it comes from.
-    if file.flags() & flags::O_ACCMODE != flags::O_RDWR {
-        refuse!(
-            EBADF,
-            "EXPORT_DMABUF refused: /dev/p2pdirect must be open O_RDWR (the dma-buf is read-write)\n"
-        );
     }
     let fd_flags = if req.flags & uapi::P2PDIRECT_EXPORT_CLOEXEC != 0 {
         flags::O_CLOEXEC
     } else {
         0
     };
-    let fd = FileDescriptorReservation::get_unused_fd_flags(fd_flags)?;
+    // The allocation and the range first: `EMFILE` only for an export that
+    // would otherwise succeed (the buffer is released again then).
     let buf = me.export_dmabuf(req.handle, req.offset, req.size)?;
+    let fd = FileDescriptorReservation::get_unused_fd_flags(fd_flags)?;
     req.fd = i32::try_from(fd.reserved_fd()).map_err(|_| EMFILE)?;
     copy_to_user(arg, &req)?;
     fd.fd_install(buf.into_file());
@@ -475,9 +483,8 @@ fn all_zero(b: &[u8]) -> bool {
 /// STATS: copies out what fits, counts all, resets on request.
 fn stats(arg: usize, read_only: bool) -> Result<isize> {
     let mut req: uapi::p2pdirect_stats = self::arg(arg)?;
-    if req.flags & !uapi::P2PDIRECT_STATS_RESET != 0 || req.pad != 0 {
-        return Err(EINVAL);
-    }
+    // The open mode first, as for every command; RESET's is known only
+    // once the argument is read.
     let reset = req.flags & uapi::P2PDIRECT_STATS_RESET != 0;
     if reset && read_only {
         refuse!(
@@ -485,12 +492,14 @@ fn stats(arg: usize, read_only: bool) -> Result<isize> {
             "STATS with RESET needs /dev/p2pdirect opened for writing (O_RDWR)\n"
         );
     }
+    if req.flags & !uapi::P2PDIRECT_STATS_RESET != 0 || req.pad != 0 {
+        return Err(EINVAL);
+    }
     // A reset takes out the counters of the rows it copies (the first
     // `capacity`) and reports what it took; if STATS fails they are put
     // back, so a reset loses no count nobody saw.
     let table = crate::stats::table();
     let capacity = req.capacity as usize;
-    req.count = u32::try_from(table.len()).map_err(|_| EOVERFLOW)?;
     let taken = if reset {
         Some(table.take(capacity)?)
     } else {
@@ -501,6 +510,10 @@ fn stats(arg: usize, read_only: bool) -> Result<isize> {
         None => stat_rows(table.rows().take(capacity)),
     }
     .and_then(|rows| {
+        // Counted after the rows were read: a row added meanwhile (rows are
+        // only ever added) is in the count, so a caller that reads `count`
+        // rows sees every row copied, and every count a RESET took.
+        req.count = u32::try_from(table.len().max(rows.len())).map_err(|_| EOVERFLOW)?;
         copy_slice_to_user(req.entries as usize, &rows).and_then(|()| copy_to_user(arg, &req))
     });
     if let (Err(_), Some(taken)) = (&copied, taken) {

@@ -448,6 +448,15 @@ TEST_F(dm, bad_alloc_input)
 	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->gpu[0]->index, 4096, 3, &a));
 	EXPECT_EQ(-EINVAL, do_alloc(self->fd, self->gpu[0]->index, 4096, 3 * MiB, &a));
 	EXPECT_EQ(-ENODEV, do_alloc(self->fd, 12345, 4096, 0, &a));
+	/* What is wrong in the argument itself comes before what it names. */
+	EXPECT_EQ(-EINVAL, do_alloc(self->fd, 12345, 0, 0, &a));
+	EXPECT_EQ(-EINVAL, do_alloc(self->fd, 12345, 4096, 3, &a));
+	memset(&a, 0, sizeof(a));
+	a.provider = 12345;
+	a.size = 4096;
+	a.flags = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_ALLOC, &a));
+	EXPECT_EQ(EINVAL, errno);
 	memset(&a, 0, sizeof(a));
 	a.provider = self->gpu[0]->index;
 	a.size = 4096;

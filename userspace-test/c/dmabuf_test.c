@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -557,6 +558,42 @@ TEST_F(db, close_and_exit_revoke)
 	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 }
 
+/*
+ * With no descriptor left, an export that names no allocation or a bad range
+ * is refused for that (ENOENT, EINVAL), not for the descriptor; a good one
+ * gets EMFILE and leaves nothing behind (the buffer it made is released).
+ */
+TEST_F(db, emfile_after_the_argument_checks)
+{
+	struct p2pdirect_alloc a;
+	struct rlimit old, lim;
+	__u64 used;
+	int fd;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
+	used = provider_used_bytes(self->fd, self->gpu.index);
+	ASSERT_EQ(0, getrlimit(RLIMIT_NOFILE, &old));
+	/* The lowest free descriptor becomes the limit: none left. */
+	fd = dup(0);
+	ASSERT_GE(fd, 0);
+	close(fd);
+	lim = old;
+	lim.rlim_cur = fd;
+	ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &lim));
+	EXPECT_EQ(-1, dup(0));
+	EXPECT_EQ(EMFILE, errno);
+	EXPECT_EQ(-ENOENT, do_export(self->fd, a.handle + 1000, 0, 0, 0));
+	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, 100, PAGE, 0));
+	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, 0, 2 * MiB, 0));
+	EXPECT_EQ(-EMFILE, do_export(self->fd, a.handle, 0, 0, 0));
+	ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &old));
+	/* The refused exports hold nothing: FREE returns the memory at once. */
+	EXPECT_EQ(0, do_free(self->fd, a.handle));
+	EXPECT_EQ(used - MiB, provider_used_bytes(self->fd, self->gpu.index));
+	fd = do_export(self->fd, a.handle, 0, 0, 0);
+	EXPECT_EQ(-ENOENT, fd);
+}
+
 /* Every bad argument has its errno, and a refused export takes nothing. */
 TEST_F(db, bad_input)
 {
@@ -590,6 +627,10 @@ TEST_F(db, bad_input)
 	ASSERT_GE(ro, 0);
 	ASSERT_EQ(0, do_alloc(ro, self->gpu.index, MiB, &w));
 	EXPECT_EQ(-EBADF, do_export(ro, w.handle, 0, 0, 0));
+	/* The open mode is refused first, as for every other command. */
+	EXPECT_EQ(-EBADF, do_export(ro, w.handle, 0, 0, 2));
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_EXPORT_DMABUF, (void *)8));
+	EXPECT_EQ(EBADF, errno);
 	close(ro);
 	/* Pad of the argument: the output field must not matter on input. */
 	e.handle = a.handle;

@@ -377,6 +377,15 @@ TEST_F(hd, read_only_open_may_only_look)
 	s.flags = P2PDIRECT_STATS_RESET;
 	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_STATS, &s));
 	EXPECT_EQ(EBADF, errno);
+	/* The open mode before the pad and the flags (ABI 1.13). */
+	s.pad = 1;
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_STATS, &s));
+	EXPECT_EQ(EBADF, errno);
+	s.flags = P2PDIRECT_STATS_RESET | 2;
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_STATS, &s));
+	EXPECT_EQ(EBADF, errno);
+	s.flags = 0;
+	s.pad = 0;
 	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_ALLOC, &a));
 	EXPECT_EQ(EBADF, errno);
 	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_FREE, &f));
@@ -395,6 +404,30 @@ TEST_F(hd, read_only_open_may_only_look)
 	EXPECT_EQ(-1, ioctl(ro, _IOWR(P2PDIRECT_IOCTL_MAGIC, 0xef, struct p2pdirect_version), &v));
 	EXPECT_EQ(ENOTTY, errno);
 	close(ro);
+}
+
+/*
+ * Access mode 3 (O_ACCMODE: neither read nor write, ioctl only) may look
+ * but not change anything, as O_RDONLY (since ABI 1.13; before, it passed
+ * for writable).
+ */
+TEST_F(hd, access_mode_3_may_only_look)
+{
+	struct p2pdirect_alloc a = { .provider = self->gpu[0].index, .size = 4096 };
+	struct p2pdirect_stat rows[16];
+	struct p2pdirect_stats s = { .entries = (uintptr_t)rows, .capacity = 16 };
+	struct p2pdirect_version v;
+	int f = open(DEV_PATH, O_ACCMODE | O_CLOEXEC);
+
+	ASSERT_GE(f, 0) TH_LOG("open with access mode 3: %s", strerror(errno));
+	EXPECT_EQ(0, ioctl(f, P2PDIRECT_IOC_GET_VERSION, &v));
+	EXPECT_EQ(0, ioctl(f, P2PDIRECT_IOC_STATS, &s));
+	s.flags = P2PDIRECT_STATS_RESET;
+	EXPECT_EQ(-1, ioctl(f, P2PDIRECT_IOC_STATS, &s));
+	EXPECT_EQ(EBADF, errno);
+	EXPECT_EQ(-1, ioctl(f, P2PDIRECT_IOC_ALLOC, &a));
+	EXPECT_EQ(EBADF, errno);
+	close(f);
 }
 
 /* --- 5. read(2)/write(2) parity on raw block devices --------------------------- */

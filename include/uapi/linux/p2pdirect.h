@@ -28,11 +28,20 @@
  *  -EINVAL  a pad or reserved field is not zero;
  *  -EBADF   the command needs /dev/p2pdirect open for writing (since 1.6).
  *
+ * When several things are wrong, these come first, in this order: the
+ * command number (-ENOTTY), the open mode (-EBADF, EXPORT_DMABUF's O_RDWR
+ * included), the argument pointer (-EFAULT); then the pad and flags of the
+ * argument (-EINVAL); then the command's own checks, in the order its
+ * Errors give where that order is stated (since ABI 1.13). STATS with
+ * RESET on a read-only file is the one open-mode refusal that needs the
+ * argument: -EFAULT, then -EBADF, then the pad and the other flags.
+ *
  * Open mode (since ABI 1.6): a file opened O_RDONLY may GET_VERSION,
  * LIST_PROVIDERS and STATS without P2PDIRECT_STATS_RESET; every command that
  * takes resources, moves data or resets counters (ALLOC, FREE, DMA_PROBE,
  * REGISTER, DEREGISTER, REG_QUERY, READ, WRITE, STATS with RESET) needs
- * O_RDWR or O_WRONLY, else -EBADF (as write(2) on a read-only descriptor);
+ * O_RDWR or O_WRONLY, else -EBADF (as write(2) on a read-only descriptor;
+ * since ABI 1.13 an open with access mode 3, O_ACCMODE, counts as read-only);
  * EXPORT_DMABUF needs O_RDWR (the dma-buf is read-write), and mmap() of
  * device memory, which is shared and read-write, needs O_RDWR too (the
  * kernel refuses a shared mapping of an O_WRONLY file: -EACCES).
@@ -58,6 +67,13 @@
  * that starts in another provider's P2PDMA mapping and runs out of it gets
  * -EFAULT, as one in a p2pdirect mapping does (see struct
  * p2pdirect_register).
+ *
+ * ABI 1.13 (no new command, same structs): errors come in a stated order
+ * when several apply (above): ALLOC checks its size and alignment before
+ * its provider, EXPORT_DMABUF its open mode before its argument and its
+ * allocation and range before taking a file descriptor; STATS refuses
+ * RESET on a read-only file before its pad and flags; and an open with
+ * access mode 3 (O_ACCMODE) counts as read-only.
  *
  * ABI 1.12 (no new command, same structs; what 1.11 did otherwise than
  * documented): a CPU mapping (mmap) of a dma-buf exported from an
@@ -97,7 +113,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 12
+#define P2PDIRECT_ABI_MINOR 13
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -206,13 +222,22 @@ struct p2pdirect_list_providers {
  * (and counts as used until then) when that I/O ends.
  *
  * The mapping stays usable while the allocation lives: pages dropped from it
- * (MADV_DONTNEED, a partial munmap) fault back in; after FREE, any access
- * gets SIGBUS.
+ * (MADV_DONTNEED) fault back in, and after a partial munmap the part still
+ * mapped keeps working (the unmapped part cannot be mapped again on its own:
+ * mmap takes the whole allocation); after FREE, any access gets SIGBUS.
+ * A mapping is one VMA: a range that spans two (an mprotect or madvise of
+ * part of the mapping splits it) is refused by REGISTER, DMA_PROBE, READ
+ * and WRITE with -EFAULT, as one that runs out of the mapping. fork() does
+ * not pass the mapping to the child (VM_DONTCOPY), unless the caller undid
+ * that with MADV_DOFORK: the child then shares the same memory, and holds
+ * the /dev/p2pdirect file (so its allocations) until it unmaps.
  *
  * Errors: -EINVAL size 0, alignment not a power of two, flags set;
  * -ENOMEM not enough free memory on the provider (or a size larger than
  * it); -ENODEV unknown provider, or its device is going away; -ENOSPC no
- * handle left (2^20 - 1 allocations alive).
+ * handle left (2^20 - 1 allocations alive). Checked in this order: -EINVAL
+ * (since ABI 1.13; before, an unknown provider came first), -ENODEV, then
+ * the memory and the handle.
  * The allocation belongs to the open file: close or exit frees it.
  */
 struct p2pdirect_alloc {
@@ -233,10 +258,12 @@ struct p2pdirect_alloc {
  * Errors: -ENOENT no such allocation on this file (never allocated, already
  * freed, or another file's).
  *
- * FREE takes the memory away from everyone at once and never waits (but
- * for the fences of a dma-buf of it, see P2PDIRECT_IOC_EXPORT_DMABUF):
+ * FREE takes the memory away from everyone at once and never waits for I/O:
  * registrations on it (of any file) are invalidated and every user mapping
- * of it is zapped (a later CPU access gets SIGBUS). An I/O in flight keeps
+ * of it is zapped (a later CPU access gets SIGBUS). What it does wait for
+ * is being told: the invalidation callbacks of kernel consumers of it
+ * (include/linux/p2pdirect.h) run before it returns, and the fences of a
+ * dma-buf exported from it are waited for (see P2PDIRECT_IOC_EXPORT_DMABUF). An I/O in flight keeps
  * its pages until it ends; only then does the memory return to the
  * provider, never earlier. The handle may be reused as soon as FREE returns.
  */
@@ -355,7 +382,9 @@ struct p2pdirect_dma_probe {
  * range is not mapped, spans two mappings, or its memory was freed while it
  * was being registered; -EOPNOTSUPP memory of a peer-memory client another
  * module registered (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only); -EINVAL
- * size 0, a wrapping range, unknown flags.
+ * size 0, a wrapping range, unknown flags. Checked in this order: -EINVAL;
+ * then what the file holds (-EEXIST, -ENOSPC, -EDQUOT), before the memory is
+ * looked up; then the memory (-ENXIO, -EFAULT, -EOPNOTSUPP).
  */
 struct p2pdirect_register {
 	__u64 addr;
@@ -377,6 +406,10 @@ struct p2pdirect_register {
  *
  * Errors: -ENOENT no such registration on this file (never made, already
  * deregistered, or another file's).
+ *
+ * DEREGISTER gives the registration's share of max_pinned_mib and of
+ * @pinned_bytes (STATS) back at once; a READ or WRITE still in flight on it
+ * keeps its pages pinned until it ends, uncounted meanwhile.
  */
 struct p2pdirect_reg_id {
 	__u64 id;
@@ -736,9 +769,12 @@ struct p2pdirect_uring_io {
  * Revocation: FREE of the allocation, close of the /dev/p2pdirect file that
  * owns it (or process exit) and the removal of the memory's device revoke
  * every dma-buf of it: each importer is told through its
- * invalidate_mappings callback, the fences on the dma-buf are waited for
- * (the one wait FREE may do: importers' DMA fences, which the dma-fence
- * rules bound), CPU mappings of it are zapped (SIGBUS after), and later
+ * invalidate_mappings callback, every fence on the dma-buf's reservation
+ * object is waited for, uninterruptibly (importers' DMA fences, which the
+ * dma-fence rules bound; a fence someone attached that never signals, for
+ * example a debugging sw_sync fence imported with
+ * DMA_BUF_IOCTL_IMPORT_SYNC_FILE, holds FREE, close and removal until it
+ * does), CPU mappings of it are zapped (SIGBUS after), and later
  * maps, attaches and mmaps fail with -ENODEV. The memory returns to the
  * provider only after every importer unmapped and the fences retired;
  * device removal waits for that. The dma-buf fd itself stays valid
@@ -749,7 +785,11 @@ struct p2pdirect_uring_io {
  * @offset or @size not page aligned, or the range not inside the
  * allocation; -EBADF /dev/p2pdirect not open O_RDWR (the dma-buf is
  * read-write); -ENODEV the memory's device is going away; -EMFILE no free
- * file descriptor.
+ * file descriptor. Checked in this order (since ABI 1.13): -EBADF (before
+ * the argument is read), the flags, the allocation (-ENOENT), the range
+ * (-EINVAL), -ENODEV, and -EMFILE last: an export refused for its argument
+ * is refused so whether or not a descriptor is free. Before 1.13 the flags
+ * came before the open mode and the descriptor before the allocation.
  */
 struct p2pdirect_export_dmabuf {
 	__u64 handle;

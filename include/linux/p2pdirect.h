@@ -127,8 +127,10 @@ struct p2pdirect_peer_seg {
  * could keep DMAing into memory given to someone else. Returns an ERR_PTR:
  * -EINVAL (empty or wrapping range, or no @invalidate), -ENXIO
  * (no client owns the range: not device memory), -EFAULT (no user address
- * space: a kernel thread; or a range partly in device memory), -ESTALE (the
- * memory went away meanwhile), -ENOMEM, or the client's error.
+ * space: a kernel thread; nothing mapped at @addr; or a range partly in
+ * device memory), -ESTALE (the memory went away meanwhile; -EFAULT if it
+ * went between the lookup and the pin), -EDQUOT (a range larger than
+ * max_pinned_mib), -ENOMEM, or the client's error.
  */
 struct p2pdirect_peer_mem *p2pdirect_peer_get(unsigned long addr, size_t size, bool write,
 					      void (*invalidate)(void *priv), void *priv);

@@ -231,6 +231,47 @@ TEST_F(dm, list_count_only_and_efault)
 	EXPECT_EQ(EFAULT, errno);
 }
 
+/* Entries past @capacity are not written: the caller's array beyond it stays. */
+TEST_F(dm, list_leaves_entries_past_capacity)
+{
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 1 };
+	size_t i = sizeof(p[0]);
+
+	ASSERT_GE(self->n, 2);
+	memset(p, 0xa5, sizeof(p));
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	EXPECT_EQ(self->n, (int)req.count);
+	EXPECT_EQ(self->p[0].index, p[0].index);
+	while (i < sizeof(p) && ((unsigned char *)p)[i] == 0xa5)
+		i++;
+	EXPECT_EQ(sizeof(p), i) TH_LOG("byte %zu past the first entry written", i);
+}
+
+/*
+ * mmap() of device memory is shared and read-write: the kernel refuses a
+ * shared writable mapping of a file opened O_WRONLY (EACCES), and a
+ * read-only file cannot ALLOC or EXPORT_DMABUF at all (EBADF).
+ */
+TEST_F(dm, open_modes_of_mmap_and_export)
+{
+	struct p2pdirect_export_dmabuf e = { 0 };
+	struct p2pdirect_alloc a;
+	int wo = open(DEV_PATH, O_WRONLY | O_CLOEXEC), ro = open(DEV_PATH, O_RDONLY | O_CLOEXEC);
+
+	ASSERT_GE(wo, 0);
+	ASSERT_GE(ro, 0);
+	ASSERT_EQ(0, do_alloc(wo, self->gpu[0]->index, 4096, 0, &a));
+	EXPECT_EQ(MAP_FAILED, map(wo, &a));
+	EXPECT_EQ(EACCES, errno);
+	e.handle = a.handle;
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_EXPORT_DMABUF, &e));
+	EXPECT_EQ(EBADF, errno);
+	EXPECT_EQ(0, do_free(wo, a.handle));
+	close(wo);
+	close(ro);
+}
+
 /* CPU stores through the device pointer land in the BAR (checked from the host). */
 TEST_F(dm, cpu_pattern_reaches_bar)
 {

@@ -333,6 +333,8 @@ struct p2pdirect_dma_seg {
  * P2PDIRECT_STACK_MAX_LEGS legs (since 1.7); -EOPNOTSUPP memory of another
  * module's client (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only) for a
  * stacked device, whose legs are checked on the pages;
+ * -EOVERFLOW another module's client reports a page size of 4 GiB or more,
+ * which @page_size cannot hold;
  * -EINVAL size 0, a wrapping range, unknown flags, pad.
  */
 struct p2pdirect_dma_probe {
@@ -591,9 +593,15 @@ struct p2pdirect_stat {
  * while I/O runs may show an I/O in some counters and not yet in others.
  * With P2PDIRECT_STATS_RESET, the entries copied out are reset; those past
  * @capacity keep their counts (since 1.10; before, they were reset too).
+ * A reset takes each counter in turn, so an I/O that ends during it may be
+ * split between what this STATS reports and what the next one does (its
+ * bytes in one, its count in the other); nothing is lost or counted twice.
+ * @count is read after the entries (since 1.13): a device that gets its
+ * first entry meanwhile is in it.
  * Writing anything to debugfs p2pdirect/stats also resets the counters.
  *
- * Errors: -EINVAL unknown flags, pad.
+ * Errors: -EINVAL unknown flags, pad; -EBADF RESET on a file not open for
+ * writing.
  */
 struct p2pdirect_stats {
 	__u64 entries;

@@ -39,9 +39,10 @@ static unsigned int nr_claims, nr_invalidated;
 
 static const struct vm_operations_struct mem_vm_ops = {};
 
-static int mem_mmap(struct file *f, struct vm_area_struct *vma)
+/* Maps the pages as pages, or with @pfn as PFNs (VM_IO | VM_PFNMAP). */
+static int map_pages(struct vm_area_struct *vma, bool pfn)
 {
-	unsigned long n = vma_pages(vma), i;
+	unsigned long n = vma_pages(vma), i, at;
 	int ret;
 
 	if (vma->vm_pgoff || n > P2PD_CLIENT_PAGES || !(vma->vm_flags & VM_SHARED))
@@ -49,11 +50,19 @@ static int mem_mmap(struct file *f, struct vm_area_struct *vma)
 	vma->vm_ops = &mem_vm_ops;
 	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTCOPY);
 	for (i = 0; i < n; i++) {
-		ret = vm_insert_page(vma, vma->vm_start + i * PAGE_SIZE, pages[i]);
+		at = vma->vm_start + i * PAGE_SIZE;
+		ret = pfn ? remap_pfn_range(vma, at, page_to_pfn(pages[i]), PAGE_SIZE,
+					    vma->vm_page_prot) :
+			    vm_insert_page(vma, at, pages[i]);
 		if (ret)
 			return ret;
 	}
 	return 0;
+}
+
+static int mem_mmap(struct file *f, struct vm_area_struct *vma)
+{
+	return map_pages(vma, false);
 }
 
 static const struct file_operations mem_fops = {
@@ -61,23 +70,9 @@ static const struct file_operations mem_fops = {
 	.mmap = mem_mmap,
 };
 
-/* The same pages as PFNs: remap_pfn_range sets VM_IO | VM_PFNMAP. */
 static int pfnmem_mmap(struct file *f, struct vm_area_struct *vma)
 {
-	unsigned long n = vma_pages(vma), i;
-	int ret;
-
-	if (vma->vm_pgoff || n > P2PD_CLIENT_PAGES || !(vma->vm_flags & VM_SHARED))
-		return -EINVAL;
-	vma->vm_ops = &mem_vm_ops;
-	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTCOPY);
-	for (i = 0; i < n; i++) {
-		ret = remap_pfn_range(vma, vma->vm_start + i * PAGE_SIZE, page_to_pfn(pages[i]),
-				      PAGE_SIZE, vma->vm_page_prot);
-		if (ret)
-			return ret;
-	}
-	return 0;
+	return map_pages(vma, true);
 }
 
 static const struct file_operations pfnmem_fops = {

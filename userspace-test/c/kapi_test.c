@@ -316,6 +316,35 @@ TEST_F(ka, consumer_unload_releases_its_range)
 }
 
 /*
+ * Maps 4 pages of p2pd_client's memory through @path (left open in *@mem)
+ * and runs DMA_PROBE (on /dev/p2pdirect @dev) on them for the namespace
+ * open as @ns_fd: the mapping, the probe's result in *@pr.
+ */
+static void *probe_client_memory(struct __test_metadata *_metadata, int dev, int ns_fd,
+				 const char *path, int *mem, struct p2pdirect_dma_probe *pr,
+				 struct p2pdirect_dma_seg *segs)
+{
+	void *p;
+
+	*mem = open(path, O_RDWR | O_CLOEXEC);
+	if (*mem < 0)
+		TH_LOG("open %s: %s (p2pd_client.ko loaded?)", path, strerror(errno));
+	p = *mem < 0 ? MAP_FAILED :
+		       mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, *mem, 0);
+	if (p == MAP_FAILED)
+		return p;
+	memset(pr, 0, sizeof(*pr));
+	pr->addr = (uintptr_t)p;
+	pr->size = 4 * PAGE;
+	pr->fd = ns_fd;
+	pr->segs = (uintptr_t)segs;
+	pr->capacity = 8;
+	if (ioctl(dev, P2PDIRECT_IOC_DMA_PROBE, pr))
+		TH_LOG("DMA_PROBE of %s: %s", path, strerror(errno));
+	return p;
+}
+
+/*
  * Another module's client that maps its memory as PFNs (VM_IO | VM_PFNMAP,
  * as a GPU driver does) is asked too: the built-in clients decline such a
  * mapping instead of failing on it (they asked get_user_pages, which
@@ -324,22 +353,12 @@ TEST_F(ka, consumer_unload_releases_its_range)
 TEST_F(ka, outside_client_pfnmap)
 {
 	struct p2pdirect_dma_seg segs[8];
-	struct p2pdirect_dma_probe pr = { 0 };
+	struct p2pdirect_dma_probe pr;
 	struct tm_state st;
 	int mem;
-	void *p;
+	void *p = probe_client_memory(_metadata, self->fd, self->ns_fd, CLIENT_PFNMEM, &mem, &pr, segs);
 
-	mem = open(CLIENT_PFNMEM, O_RDWR | O_CLOEXEC);
-	ASSERT_GE(mem, 0) TH_LOG("open %s: %s (p2pd_client.ko loaded?)", CLIENT_PFNMEM,
-				 strerror(errno));
-	p = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
 	ASSERT_NE(MAP_FAILED, p);
-	pr.addr = (uintptr_t)p;
-	pr.size = 4 * PAGE;
-	pr.fd = self->ns_fd;
-	pr.segs = (uintptr_t)segs;
-	pr.capacity = 8;
-	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &pr)) TH_LOG("%s", strerror(errno));
 	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_EXTERNAL, pr.client);
 	EXPECT_GE(pr.count, 1u);
 	/* A consumer in the kernel gets it from the same client. */
@@ -355,26 +374,16 @@ TEST_F(ka, outside_client_pfnmap)
 TEST_F(ka, outside_client)
 {
 	struct p2pdirect_dma_seg segs[8];
-	struct p2pdirect_dma_probe pr = { 0 };
+	struct p2pdirect_dma_probe pr;
 	struct p2pdirect_register rg = { 0 };
 	struct p2pdirect_io io = { 0 };
 	struct tm_state st;
 	unsigned int claims, inval, claims0, inval0;
 	char buf[64] = { 0 };
 	int mem, ctl, n;
-	void *p;
+	void *p = probe_client_memory(_metadata, self->fd, self->ns_fd, CLIENT_MEM, &mem, &pr, segs);
 
-	mem = open(CLIENT_MEM, O_RDWR | O_CLOEXEC);
-	ASSERT_GE(mem, 0) TH_LOG("open %s: %s (p2pd_client.ko loaded?)", CLIENT_MEM,
-				 strerror(errno));
-	p = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
 	ASSERT_NE(MAP_FAILED, p);
-	pr.addr = (uintptr_t)p;
-	pr.size = 4 * PAGE;
-	pr.fd = self->ns_fd;
-	pr.segs = (uintptr_t)segs;
-	pr.capacity = 8;
-	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &pr)) TH_LOG("%s", strerror(errno));
 	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_EXTERNAL, pr.client);
 	EXPECT_EQ(PAGE, pr.page_size);
 	EXPECT_GE(pr.count, 1u);

@@ -132,11 +132,15 @@ const _: () =
     assert!(uapi::P2PDIRECT_IOC_EXPORT_DMABUF == iowr::<uapi::p2pdirect_export_dmabuf>(11));
 
 /// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
-fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
-    // Open for writing: O_WRONLY or O_RDWR. Access mode 3 (ioctl only:
-    // neither read nor write) may only look, as O_RDONLY.
+/// Whether `file` is open for writing: O_WRONLY or O_RDWR. Access mode 3
+/// (ioctl only: neither read nor write) may only look, as O_RDONLY.
+fn writable(file: &File) -> bool {
     let acc = file.flags() & flags::O_ACCMODE;
-    let writable = acc == flags::O_WRONLY || acc == flags::O_RDWR;
+    acc == flags::O_WRONLY || acc == flags::O_RDWR
+}
+
+fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
+    let writable = writable(file);
     if !writable && !read_only_ok(cmd) {
         if !KNOWN.contains(&cmd) {
             return Err(unknown(cmd));
@@ -150,7 +154,8 @@ fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
     // The dma-buf gives read and write access to the memory, so does the
     // file it comes from: refused, as the rule above, before the argument
     // is read.
-    if cmd == uapi::P2PDIRECT_IOC_EXPORT_DMABUF && acc != flags::O_RDWR {
+    if cmd == uapi::P2PDIRECT_IOC_EXPORT_DMABUF && file.flags() & flags::O_ACCMODE != flags::O_RDWR
+    {
         refuse!(
             EBADF,
             "EXPORT_DMABUF refused: /dev/p2pdirect must be open O_RDWR (the dma-buf is read-write)\n"
@@ -414,7 +419,7 @@ fn uring_cmd(me: &OpenFile, file: &File, cmd: &mut UringCmd) -> Result<i32> {
         uapi::P2PDIRECT_URING_CMD_WRITE => true,
         op => refuse!(ENOTTY, "io_uring command 0x{:08x} is unknown\n", op),
     };
-    if file.flags() & flags::O_ACCMODE == flags::O_RDONLY {
+    if !writable(file) {
         refuse!(
             EBADF,
             "io_uring READ/WRITE needs /dev/p2pdirect opened for writing (O_RDWR)\n"

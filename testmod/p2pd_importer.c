@@ -31,8 +31,11 @@
  *   acquire ADDR SIZE BDF [write|noinval|putincb]
  *	p2pdirect_peer_get() of [ADDR, ADDR + SIZE) (hex), then
  *	p2pdirect_peer_dma_map() for PCI function BDF; noinval passes no
- *	invalidation callback (which p2pdirect refuses), putincb makes the
- *	callback put the range itself (which the API advises against)
+ *	invalidation callback (which p2pdirect refuses); putincb maps the
+ *	range and hands it to the callback, which puts it itself (as the API
+ *	advises against): the file is then not attached, its other commands
+ *	never see the range, and closing it puts the range if the callback
+ *	did not
  *   map	p2pdirect_peer_dma_map() again
  *   unmap	p2pdirect_peer_dma_unmap()
  *   release	p2pdirect_peer_put()
@@ -503,8 +506,17 @@ struct peer_user {
 	struct p2pdirect_peer_seg segs[PEER_SEGS];
 	int nsegs;		/* mapped segments; 0: not mapped */
 	atomic_t invalidations;
-	bool put_in_cb;		/* the callback puts the range */
+	struct p2pdirect_peer_mem *cb_mem;	/* putincb: the callback's to put */
 };
+
+/* The range of putincb, if the callback has not put it: put now. */
+static void put_cb_mem(struct peer_user *pu)
+{
+	struct p2pdirect_peer_mem *mem = xchg(&pu->cb_mem, NULL);
+
+	if (mem)
+		p2pdirect_peer_put(mem);
+}
 
 /* Told the memory goes: takes no lock (p2pdirect_peer_put() waits for it). */
 static void peer_invalidate(void *priv)
@@ -513,12 +525,7 @@ static void peer_invalidate(void *priv)
 
 	atomic_inc(&pu->invalidations);
 	WRITE_ONCE(pu->nsegs, 0);
-	if (READ_ONCE(pu->put_in_cb)) {
-		struct p2pdirect_peer_mem *mem = xchg(&pu->mem, NULL);
-
-		if (mem)
-			p2pdirect_peer_put(mem);
-	}
+	put_cb_mem(pu);
 }
 
 static int peer_map(struct peer_user *pu)
@@ -543,11 +550,11 @@ static int peer_unmap(struct peer_user *pu)
 
 static void peer_release(struct peer_user *pu)
 {
-	struct p2pdirect_peer_mem *mem = xchg(&pu->mem, NULL);
-
-	if (mem)
-		p2pdirect_peer_put(mem);
+	if (!pu->mem)
+		return;
+	p2pdirect_peer_put(pu->mem);
 	pci_dev_put(pu->pdev);
+	pu->mem = NULL;
 	pu->pdev = NULL;
 	pu->nsegs = 0;
 }
@@ -561,27 +568,32 @@ static int peer_acquire(struct peer_user *pu, char *args)
 	struct device *dev;
 	int ret;
 
-	if (pu->mem)
+	if (pu->mem || READ_ONCE(pu->cb_mem))
 		return -EBUSY;
 	if (!addr_s || !size_s || !bdf || kstrtoul(addr_s, 16, &addr) ||
 	    kstrtoul(size_s, 16, &size) ||
 	    (opt && strcmp(opt, "write") && strcmp(opt, "noinval") && strcmp(opt, "putincb")))
 		return -EINVAL;
-	/* A range put by the callback leaves its PCI device for the close. */
-	pci_dev_put(pu->pdev);
-	pu->pdev = NULL;
-	WRITE_ONCE(pu->put_in_cb, opt && !strcmp(opt, "putincb"));
 	dev = bus_find_device_by_name(&pci_bus_type, NULL, bdf);
 	if (!dev)
 		return -ENODEV;
-	if (opt && !strcmp(opt, "noinval"))
-		mem = p2pdirect_peer_get(addr, size, false, NULL, pu);
-	else
-		mem = p2pdirect_peer_get(addr, size, opt && !strcmp(opt, "write"), peer_invalidate,
-					 pu);
+	mem = p2pdirect_peer_get(addr, size, opt && !strcmp(opt, "write"),
+				 opt && !strcmp(opt, "noinval") ? NULL : peer_invalidate, pu);
 	if (IS_ERR(mem)) {
 		put_device(dev);
 		return PTR_ERR(mem);
+	}
+	if (opt && !strcmp(opt, "putincb")) {
+		ret = p2pdirect_peer_dma_map(mem, dev, pu->segs, PEER_SEGS);
+		put_device(dev);
+		if (ret < 0) {
+			p2pdirect_peer_put(mem);
+			return ret;
+		}
+		WRITE_ONCE(pu->nsegs, ret);
+		/* An invalidation before this point finds none: the close puts it. */
+		xchg(&pu->cb_mem, mem);
+		return 0;
 	}
 	pu->mem = mem;
 	pu->pdev = to_pci_dev(dev);
@@ -665,6 +677,7 @@ static int peer_file_release(struct inode *inode, struct file *f)
 	if (!owned(&pu->kept))
 		return 0;
 	peer_release(pu);
+	put_cb_mem(pu);
 	mutex_destroy(&pu->lock);
 	kfree(pu);
 	return 0;
@@ -709,6 +722,7 @@ static void __exit importer_exit(void)
 			pr_info("p2pd_importer: unloading: %s releases its range\n",
 				pci_name(pu->pdev));
 		peer_release(pu);
+		put_cb_mem(pu);
 		mutex_destroy(&pu->lock);
 		kfree(pu);
 	}

@@ -155,7 +155,9 @@ unsigned long p2pdirect_peer_page_size(struct p2pdirect_peer_mem *mem);
  * @invalidate is neither running nor called again, so it waits for a
  * running one: @invalidate must not wait for a lock held across this call.
  * Called from inside @invalidate for its own range, it returns at once
- * (the invalidation finishes the release when the callback returns).
+ * (the invalidation finishes the release when the callback returns); @mem
+ * is gone then as after any put, so no other thread of the consumer may
+ * still be inside a p2pdirect_peer_*() call with it.
  */
 void p2pdirect_peer_put(struct p2pdirect_peer_mem *mem);
 

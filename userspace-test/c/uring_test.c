@@ -641,6 +641,11 @@ TEST_F(ur, errors_in_cqes)
 	ASSERT_LE(0, ro);
 	EXPECT_EQ(-EBADF, one(&self->ring, ro, 0, self->ns1, 0, a, 4096, 0, 0).res);
 	close(ro);
+	/* Nor opened with access mode 3 (ioctl only), since ABI 1.13. */
+	ro = open("/dev/p2pdirect", O_ACCMODE);
+	ASSERT_LE(0, ro);
+	EXPECT_EQ(-EBADF, one(&self->ring, ro, 0, self->ns1, 0, a, 4096, 0, 0).res);
+	close(ro);
 	free(ram);
 }
 

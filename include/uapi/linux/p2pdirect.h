@@ -262,8 +262,10 @@ struct p2pdirect_alloc {
  * registrations on it (of any file) are invalidated and every user mapping
  * of it is zapped (a later CPU access gets SIGBUS). What it does wait for
  * is being told: the invalidation callbacks of kernel consumers of it
- * (include/linux/p2pdirect.h) run before it returns, and the fences of a
- * dma-buf exported from it are waited for (see P2PDIRECT_IOC_EXPORT_DMABUF). An I/O in flight keeps
+ * (include/linux/p2pdirect.h) run before it returns (unless the removal of
+ * its device is revoking the same memory at that moment: they then run in
+ * the removal's thread), and the fences of a dma-buf exported from it are
+ * waited for (see P2PDIRECT_IOC_EXPORT_DMABUF). An I/O in flight keeps
  * its pages until it ends; only then does the memory return to the
  * provider, never earlier. The handle may be reused as soon as FREE returns.
  */

@@ -975,12 +975,12 @@ fn machine_json() -> String {
         .and_then(|l| l.split_once(':'))
         .map_or("?".into(), |(_, v)| v.trim().to_string());
     m.str("cpu", &model);
-    m.num(
+    m.int(
         "cpus",
         cpuinfo
             .lines()
             .filter(|l| l.starts_with("processor"))
-            .count() as f64,
+            .count() as u64,
     );
     m.end()
 }
@@ -1144,8 +1144,7 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         secs,
         rounds,
         left_out.as_deref(),
-    )
-    .map_err(|e| format!("writing the results: {e}"));
+    );
     let failed = rs.iter().filter(|r| r.error.is_some()).count();
 
     let runs: Vec<String> = rs
@@ -1214,8 +1213,14 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             .and_then(|()| file.write_all(text.as_bytes()))
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    // The table's failure, once the file has the results.
-    reported?;
+    // The table's failure, once the file has the results: on stdout, as
+    // any failed standard output (quiet for a reader that went away).
+    if let Err(e) = reported {
+        if !args.json {
+            crate::stdout_failed(e);
+        }
+        return Err(format!("writing the results: {e}"));
+    }
     if args.json {
         outln!("{text}");
     }

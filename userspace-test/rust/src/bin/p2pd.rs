@@ -528,10 +528,7 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
         j.int("bytes", size);
         j.num("read_mib_s", mibs(read_s));
         j.num("write_mib_s", mibs(write_s));
-        j.num(
-            "p2p_bytes",
-            (r.p2p_bytes + w.p2p_bytes + r2.p2p_bytes) as f64,
-        );
+        j.int("p2p_bytes", r.p2p_bytes + w.p2p_bytes + r2.p2p_bytes);
         j.int("bad_bytes", (bad_read + bad_back) as u64);
         if args.records {
             // In the one JSON document, not printed before it.

@@ -243,10 +243,12 @@ impl IoFile {
         sys_file::notify_rw(self.0.file(), write);
     }
 
-    /// Files: whether the file system serves O_DIRECT on this file through
-    /// the page cache (CPU copies), e.g. ext4 with journalled data.
-    pub(crate) fn dio_falls_back(&self) -> bool {
-        sys_file::dio_falls_back(self.0.file())
+    /// Files: whether the file system serves an O_DIRECT read (or write) of
+    /// `len` bytes at `pos` through the page cache (CPU copies): ext4 with
+    /// journalled data, or an xfs reflinked file written off its
+    /// allocation unit.
+    pub(crate) fn dio_falls_back(&self, pos: u64, len: u64, write: bool) -> bool {
+        sys_file::dio_falls_back(self.0.file(), pos, len, write)
     }
 
     /// Raw block devices: drops cached data of the range (after a write).

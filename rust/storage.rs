@@ -598,12 +598,13 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     }
     // O_DIRECT that the file system serves through the page cache would be
     // CPU copies counted as P2P: bounce honestly (COMPAT) or refuse.
-    let cpu_path = !file.is_bdev() && file.dio_falls_back();
+    let cpu_path = !file.is_bdev() && file.dio_falls_back(req.file_offset, req.size, req.write);
     if cpu_path && req.flags & uapi::P2PDIRECT_IO_COMPAT == 0 {
         refuse!(
             eopnotsupp(),
-            "{}: the file system of fd {} serves O_DIRECT on it through the page cache \
-             (e.g. ext4 data journalling); set P2PDIRECT_IO_COMPAT to bounce\n",
+            "{}: the file system of fd {} serves O_DIRECT of this range through the page \
+             cache (ext4 data journalling; an xfs reflinked file written off its allocation \
+             unit); set P2PDIRECT_IO_COMPAT to bounce\n",
             op_name(req.write),
             req.fd
         );
@@ -677,7 +678,9 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
         }
         let (bytes, zeroed) = bounce(&file, &lim, &mem, req, len)?;
         done.bytes = bytes;
-        done.bounced = bytes;
+        // Holes are zeroed by the CPU: counted once, in `zeroed` (p2p +
+        // bounced + zeroed = bytes, as on the direct path).
+        done.bounced = bytes.saturating_sub(zeroed);
         done.zeroed = zeroed;
         notify(&file, bytes, req.write);
         return Ok(Planned::Done(done));

@@ -328,10 +328,14 @@ impl Drop for FileMapping {
     }
 }
 
-/// Regular files: whether O_DIRECT goes through the page cache (the file
-/// system's fallback: ext4 journalled data, inline data, verity...), which
-/// its `STATX_DIOALIGN` reports as a memory alignment of 0.
-pub(crate) fn dio_falls_back(file: &File) -> bool {
+/// Regular files: whether an O_DIRECT read (or with `write`, write) of
+/// `len` bytes at `pos` goes through the page cache, as the file system's
+/// `STATX_DIOALIGN` tells: always, for a memory alignment of 0 (ext4
+/// journalled data, inline data, verity...); for a range off its offset
+/// alignment (`STATX_DIO_READ_ALIGN` for reads, where given: xfs writes a
+/// copy-on-write file, a reflinked one, in whole allocation units and
+/// serves a write off them through the page cache).
+pub(crate) fn dio_falls_back(file: &File, pos: u64, len: u64, write: bool) -> bool {
     if file_type(file) != bindings::S_IFREG {
         return false;
     }
@@ -341,11 +345,23 @@ pub(crate) fn dio_falls_back(file: &File) -> bool {
         bindings::vfs_getattr(
             c::p2pdirect_file_path(raw(file)),
             &mut st,
-            bindings::STATX_DIOALIGN,
+            bindings::STATX_DIOALIGN | bindings::STATX_DIO_READ_ALIGN,
             bindings::AT_STATX_SYNC_AS_STAT,
         )
     };
-    r == 0 && st.result_mask & bindings::STATX_DIOALIGN != 0 && st.dio_mem_align == 0
+    if r != 0 || st.result_mask & bindings::STATX_DIOALIGN == 0 {
+        return false;
+    }
+    if st.dio_mem_align == 0 {
+        return true;
+    }
+    let read_align = st.result_mask & bindings::STATX_DIO_READ_ALIGN != 0;
+    let align = if !write && read_align && st.dio_read_offset_align != 0 {
+        st.dio_read_offset_align
+    } else {
+        st.dio_offset_align
+    };
+    align > 1 && (pos | len) % u64::from(align) != 0
 }
 
 /// A file the kernel opened, dropped with `fput`.

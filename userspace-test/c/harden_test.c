@@ -1112,8 +1112,68 @@ TEST_F(hd, dio_through_page_cache_is_not_p2p)
 			EXPECT_EQ(0x3c, m[i]) TH_LOG("byte %llu", (unsigned long long)i);
 			break;
 		}
+	/*
+	 * A hole bounced: its bytes are zeroed by the CPU, counted once, in
+	 * zeroed_bytes (p2p + bounce + zeroed = bytes, as on the direct path).
+	 */
+	ASSERT_EQ(0, ftruncate(fd, 128 * KiB));
+	ASSERT_EQ(0, io(self->dev, false, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 64 * KiB,
+			64 * KiB, &out));
+	EXPECT_EQ(64 * KiB, out.bytes);
+	EXPECT_EQ(64 * KiB, out.zeroed_bytes);
+	EXPECT_EQ(0u, out.bounce_bytes);
+	EXPECT_EQ(0u, out.p2p_bytes);
 	/* Put the GPU memory back to the zeros the host expects. */
 	memset(m, 0, a.size);
+	close(fd);
+	unlink(path);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+/*
+ * xfs writes a copy-on-write file (a reflinked one) in whole allocation
+ * units and serves an O_DIRECT write off them through the page cache, which
+ * statx reports (dio_offset_align): such a WRITE is refused without COMPAT
+ * and bounced with it, never counted as P2P; aligned writes and reads at
+ * the logical block size (dio_read_offset_align) stay device to device.
+ */
+TEST_F(hd, xfs_reflinked_write_off_its_allocation_unit_is_not_p2p)
+{
+	const char *src = "/mnt/xfs/data.bin", *path = "/mnt/xfs/reflinked.bin";
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io out;
+	int s, fd;
+	__u8 *m;
+
+	s = open(src, O_RDONLY);
+	ASSERT_GE(s, 0);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ASSERT_GE(fd, 0);
+	if (ioctl(fd, FICLONE, s)) {
+		close(s);
+		close(fd);
+		unlink(path);
+		SKIP(return, "FICLONE on xfs: %s (no reflink)", strerror(errno));
+	}
+	close(s);
+	close(fd);
+	fd = open(path, O_RDWR | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	/* Zeros from the GPU: its memory stays what the host expects. */
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(-EOPNOTSUPP, io(self->dev, true, fd, 0, (uintptr_t)m, 512, 512, &out));
+	ASSERT_EQ(0, io(self->dev, true, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 512, 512, &out));
+	EXPECT_EQ(512u, out.bytes);
+	EXPECT_EQ(512u, out.bounce_bytes);
+	EXPECT_EQ(0u, out.p2p_bytes);
+	ASSERT_EQ(0, io(self->dev, true, fd, 0, (uintptr_t)m, 4096, 8192, &out));
+	EXPECT_EQ(4096u, out.p2p_bytes);
+	ASSERT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 512, 512, &out));
+	EXPECT_EQ(512u, out.p2p_bytes);
+	EXPECT_EQ(0u, nonzero(m, a.size));
 	close(fd);
 	unlink(path);
 	munmap(m, a.size);

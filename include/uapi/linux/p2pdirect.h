@@ -73,7 +73,12 @@
  * its provider, EXPORT_DMABUF its open mode before its argument and its
  * allocation and range before taking a file descriptor; STATS refuses
  * RESET on a read-only file before its pad and flags; and an open with
- * access mode 3 (O_ACCMODE) counts as read-only.
+ * access mode 3 (O_ACCMODE) counts as read-only. READ and WRITE (also
+ * through io_uring) count a bounced READ's hole bytes in @zeroed_bytes
+ * only, and take a file range that the file system would serve through the
+ * page cache because it is off its STATX_DIOALIGN offset alignment as such
+ * (an xfs reflinked file written off its allocation unit: -EOPNOTSUPP
+ * without COMPAT; before, CPU copies counted as P2P).
  *
  * ABI 1.12 (no new command, same structs; what 1.11 did otherwise than
  * documented): a CPU mapping (mmap) of a dma-buf exported from an
@@ -446,7 +451,12 @@ struct p2pdirect_reg_id {
  * @p2p_bytes: out, of @bytes, moved by DMA between the device and the memory
  * @bounce_bytes: out, of @bytes, moved through host memory (COMPAT)
  * @zeroed_bytes: out, of @bytes, read from holes or unwritten extents of a
- *	file, which the file system zeroes with the CPU
+ *	file, which the file system zeroes with the CPU; @p2p_bytes +
+ *	@bounce_bytes + @zeroed_bytes = @bytes (since 1.13 also for a bounced
+ *	READ, whose hole bytes were counted in @bounce_bytes as well). Holes
+ *	are found with SEEK_DATA/SEEK_HOLE on a private open of the file (an
+ *	open that fanotify, inotify and leases see): an unwritten extent whose
+ *	pages are cached clean counts as data there, and as P2P here
  * @dma_pci_addr: out, the PCI function that did the DMA (P2PDIRECT_PCI_ADDR);
  *	for a stacked device, the controller of its first leg in name order; 0
  *	when the block device takes no P2PDMA pages (dm, loop) or the file
@@ -476,19 +486,28 @@ struct p2pdirect_reg_id {
  * found by its file system, in the read itself (with its locks and hooks),
  * so a file READ at or past it is checked like any other: on a device that
  * cannot reach the memory or do P2PDMA it fails like a READ of data, and
- * with COMPAT it moves 0 bytes. When the device fails part of a transfer, @bytes is
- * the length of the part from @file_offset that completed without error and
- * the call succeeds if that is not 0 (else it returns the error, e.g. -EIO);
- * memory and blocks after that point may or may not have been written.
+ * with COMPAT it moves 0 bytes. When the device fails part of a transfer to
+ * a raw block device, @bytes is the length of the part from @file_offset
+ * that completed without error and the call succeeds if that is not 0
+ * (else it returns the error, e.g. -EIO); memory and blocks after that point
+ * may or may not have been written. For a file it is what the file system's
+ * direct I/O returns, which for ext4 and xfs (iomap) is the error for the
+ * whole call. A WRITE to a file opened O_APPEND appends, whatever
+ * @file_offset says, as pwrite(2) does on Linux. The file's data must be on
+ * its file system's block device (an xfs realtime file or a multi-device
+ * file system's other devices are not checked for reachability).
  *
  * On a raw block device READ and WRITE refuse what read(2) and write(2)
  * refuse, and run the same hooks: rw_verify_area() (offsets, the LSM's
  * file_permission, fanotify permission events) before any I/O, and the
  * fsnotify access/modify event after it. A file whose file system serves
  * O_DIRECT through the page cache (STATX_DIOALIGN reports a memory
- * alignment of 0: ext4 with journalled data, inline data, verity) would be
+ * alignment of 0: ext4 with journalled data, inline data, verity; and since
+ * ABI 1.13 a range off its offset alignment, STATX_DIO_READ_ALIGN's for a
+ * READ: an xfs reflinked file written off its allocation unit) would be
  * CPU copies: refused with -EOPNOTSUPP, or with COMPAT bounced and counted
- * in @bounce_bytes, never in @p2p_bytes.
+ * in @bounce_bytes, never in @p2p_bytes. A fallback a file system does not
+ * report (ext4's block-mapped files written into a hole) is not seen.
  *
  * Errors: -EBADF @fd is not open, or lacks the access mode (WRITE on an
  * O_RDONLY fd, READ on an O_WRONLY fd); -EINVAL size 0, size or an offset
@@ -680,8 +699,8 @@ struct p2pdirect_stats {
  * With 32-byte CQEs (IORING_SETUP_CQE32), big_cqe[0] holds the counts the
  * ioctls return in struct p2pdirect_io: bits 0-31 p2p_bytes, bits 32-63
  * bounce_bytes (one I/O moves less than 2 GiB); zeroed_bytes is bytes -
- * p2p_bytes - bounce_bytes unless the I/O bounced, and is counted in STATS
- * either way; big_cqe[1] is 0. On a ring set up with IORING_SETUP_CQE_MIXED
+ * p2p_bytes - bounce_bytes (since 1.13 also when the I/O bounced), and is
+ * counted in STATS; big_cqe[1] is 0. On a ring set up with IORING_SETUP_CQE_MIXED
  * a command's result comes in a 32-byte CQE (IORING_CQE_F_32 in cqe->flags)
  * with the same big_cqe, except where it is returned at the issue (an unknown
  * cmd_op, -EBADF for the open mode, the -EINVAL and -EBUSY cases above, a

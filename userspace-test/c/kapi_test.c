@@ -146,25 +146,42 @@ TEST_F(ka, consumer_gets_bus_addresses)
 	munmap(p, MiB);
 }
 
-/* FREE tells the consumer, and the memory goes back at once. */
-TEST_F(ka, free_invalidates_the_consumer)
+/*
+ * FREE of the memory behind a consumer's range (@opt: its acquire's option)
+ * tells the consumer (one invalidation, unmapped), and the memory is back
+ * when FREE returns.
+ */
+static void free_under_consumer(struct __test_metadata *_metadata, int dev, int peer,
+				const struct p2pdirect_provider_info *gpu, const char *sw,
+				const char *opt)
 {
-	__u64 before = provider_used_bytes(self->fd, self->gpu.index);
+	__u64 before = provider_used_bytes(dev, gpu->index);
 	struct p2pdirect_free f;
 	struct p2pdirect_alloc a;
 	struct tm_state st;
-	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
+	char *p = alloc_map(_metadata, dev, gpu->index, MiB, &a);
 
-	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, MiB, self->sw));
+	ASSERT_EQ(0, tm_cmd(peer, "acquire %lx %llx %s%s", (unsigned long)p, MiB, sw, opt));
+	ASSERT_EQ(0, tm_state(peer, &st));
+	EXPECT_EQ(1, st.mapped);
 	munmap(p, MiB);
 	f.handle = a.handle;
-	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &f));
-	ASSERT_EQ(0, tm_state(self->peer, &st));
+	ASSERT_EQ(0, ioctl(dev, P2PDIRECT_IOC_FREE, &f));
+	ASSERT_EQ(0, tm_state(peer, &st));
 	EXPECT_EQ(1u, st.invalidations);
 	EXPECT_EQ(0, st.mapped);
+	EXPECT_EQ(before, provider_used_bytes(dev, gpu->index));
+}
+
+/* FREE tells the consumer, and the memory goes back at once. */
+TEST_F(ka, free_invalidates_the_consumer)
+{
+	struct tm_state st;
+
+	free_under_consumer(_metadata, self->fd, self->peer, &self->gpu, self->sw, "");
+	ASSERT_EQ(0, tm_state(self->peer, &st));
 	EXPECT_EQ(0ull, st.pagesize);
 	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
-	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
 	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
 }
 
@@ -176,23 +193,7 @@ TEST_F(ka, free_invalidates_the_consumer)
  */
 TEST_F(ka, put_from_the_invalidate_callback)
 {
-	__u64 before = provider_used_bytes(self->fd, self->gpu.index);
-	struct p2pdirect_free f;
-	struct p2pdirect_alloc a;
-	struct tm_state st;
-	char *p = alloc_map(_metadata, self->fd, self->gpu.index, MiB, &a);
-
-	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s putincb", (unsigned long)p, MiB,
-			    self->sw));
-	ASSERT_EQ(0, tm_state(self->peer, &st));
-	EXPECT_EQ(1, st.mapped);
-	munmap(p, MiB);
-	f.handle = a.handle;
-	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &f));
-	ASSERT_EQ(0, tm_state(self->peer, &st));
-	EXPECT_EQ(1u, st.invalidations);
-	EXPECT_EQ(0, st.mapped);
-	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
+	free_under_consumer(_metadata, self->fd, self->peer, &self->gpu, self->sw, " putincb");
 }
 
 /*

@@ -81,7 +81,8 @@ impl OpenFile {
         size: u64,
         align: u64,
     ) -> Result<(AllocInfo, Arc<AllocState>)> {
-        // What is wrong in the argument itself before what it names.
+        // What is wrong in the argument itself before what it names
+        // (`Allocation::new` relies on it).
         crate::devmem::check_alloc_args(size, align)?;
         let provider = crate::devmem::provider(provider).ok_or(ENODEV)?;
         let (alloc, info) = Allocation::new(provider, size, align, FileMapping::of(file)?)?;

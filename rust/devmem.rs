@@ -750,6 +750,8 @@ impl Allocation {
     /// Carves `size` bytes (rounded up to pages) aligned to `align` (0: page)
     /// out of `provider`, zeroed, for the file whose address space is
     /// `mapping`. A refused ALLOC takes nothing (no handle, no memory).
+    /// `size` and `align` passed [`check_alloc_args`] (before the provider
+    /// was looked up).
     pub(crate) fn new(
         provider: Arc<Provider>,
         size: u64,
@@ -757,7 +759,6 @@ impl Allocation {
         mapping: FileMapping,
     ) -> Result<(Self, AllocInfo)> {
         let page = PAGE_SIZE as u64;
-        check_alloc_args(size, align)?;
         let size = size.checked_next_multiple_of(page).ok_or(ENOMEM)?;
         if size > provider.bar_size {
             return Err(ENOMEM);

@@ -131,7 +131,6 @@ const _: () = assert!(uapi::P2PDIRECT_IOC_STATS == iowr::<uapi::p2pdirect_stats>
 const _: () =
     assert!(uapi::P2PDIRECT_IOC_EXPORT_DMABUF == iowr::<uapi::p2pdirect_export_dmabuf>(11));
 
-/// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 /// Whether `file` is open for writing: O_WRONLY or O_RDWR. Access mode 3
 /// (ioctl only: neither read nor write) may only look, as O_RDONLY.
 fn writable(file: &File) -> bool {
@@ -139,6 +138,7 @@ fn writable(file: &File) -> bool {
     acc == flags::O_WRONLY || acc == flags::O_RDWR
 }
 
+/// Handles one ioctl on `/dev/p2pdirect`; `arg` is the caller's argument pointer.
 fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
     let writable = writable(file);
     if !writable && !read_only_ok(cmd) {

@@ -106,7 +106,7 @@
  *
  * ABI 1.6 (no new command, same structs) made these behaviours part of the
  * ABI: the open-mode rule and the argument check above, zeroed ALLOC,
- * recycled handles, FREE that never waits, refaulting mappings, the pin
+ * recycled handles, FREE that never waits for I/O, refaulting mappings, the pin
  * quota counted in whole pages and at most 4096 registrations per file,
  * read(2)/write(2) parity of READ/WRITE on raw block devices, and O_DIRECT
  * served through the page cache counted as bounced (see each command).

@@ -107,10 +107,14 @@ impl Args {
                 "--records" => a.records = true,
                 "--dev" => a.dev = Some(val()?.clone()),
                 "--gpu" => a.gpu = Some(val()?.parse().map_err(|_| "--gpu takes an index")?),
-                "--offset" => {
-                    a.offset = Some(parse_size(val()?).map_err(|e| format!("--offset: {e}"))?)
+                "--offset" | "--size" => {
+                    let v = Some(parse_size(val()?).map_err(|e| format!("{opt}: {e}"))?);
+                    if opt == "--offset" {
+                        a.offset = v
+                    } else {
+                        a.size = v
+                    }
                 }
-                "--size" => a.size = Some(parse_size(val()?).map_err(|e| format!("--size: {e}"))?),
                 "--seconds" => {
                     let s: f64 = val()?.parse().map_err(|_| "--seconds takes a number")?;
                     if !(s > 0.0 && s < 3600.0) {

@@ -577,10 +577,11 @@ fn main() -> ExitCode {
     };
     // `p2pd help [COMMAND]`, `p2pd COMMAND --help`: the usage, which
     // describes every command, on standard output.
+    // (`options_of` knows every command, `help` among them.)
     let is_help = |a: &String| matches!(a.as_str(), "help" | "--help" | "-h");
-    let help_of = |a: &String| is_help(a) || cli::options_of(a).is_some();
-    if (is_help(cmd) && rest.iter().all(help_of))
-        || (cli::options_of(cmd).is_some() && rest.iter().any(|a| a == "--help" || a == "-h"))
+    let is_command = |a: &String| cli::options_of(a).is_some();
+    if (is_help(cmd) && rest.iter().all(is_command))
+        || (is_command(cmd) && rest.iter().any(|a| a == "--help" || a == "-h"))
     {
         outln!("{USAGE}");
         return ExitCode::SUCCESS;

@@ -10,12 +10,14 @@ use crate::{
     devmem::Provider,
     ffi::{self, P2pMem, PciFunction},
 };
-use kernel::{device::Core, page::PAGE_SIZE, pci, prelude::*, sync::Arc};
+use kernel::{device::Core, pci, prelude::*, sync::Arc};
 
 /// The BAR that holds the memory.
 const MEM_BAR: u32 = 2;
-/// Smaller BARs are not worth a provider.
-const MIN_BAR_SIZE: u64 = 1 << 20;
+/// The granule the kernel maps device memory in (`SUBSECTION_SIZE`):
+/// `memremap_pages` of a range that does not start and end on it fails with
+/// a WARN, so such a BAR is refused before. Also the smallest provider.
+const BAR_GRANULE: u64 = 1 << 21;
 
 pub(crate) struct BarDriver;
 
@@ -55,20 +57,11 @@ fn check_bar(pdev: &pci::Device<Core<'_>>) -> Result<u64> {
     }
     let start = pdev.resource_start(MEM_BAR)?;
     let len = pdev.resource_len(MEM_BAR)?;
-    if len < MIN_BAR_SIZE {
+    if !bar_fits(start, len) {
         dev_err!(
             pdev,
-            "BAR{} is {} bytes, less than the {} a provider needs\n",
-            MEM_BAR,
-            len,
-            MIN_BAR_SIZE
-        );
-        return Err(ENODEV);
-    }
-    if start % PAGE_SIZE as u64 != 0 || len % PAGE_SIZE as u64 != 0 {
-        dev_err!(
-            pdev,
-            "BAR{} at {:#x}+{:#x} is not page aligned; not a provider\n",
+            "BAR{} at {:#x}+{:#x} is not a provider: device memory is mapped in 2 MiB units, \
+             so it must be at least 2 MiB and start and end on a 2 MiB boundary\n",
             MEM_BAR,
             start,
             len
@@ -124,5 +117,28 @@ impl BarDriver {
             dev_err!(pdev, "not registered as a provider ({:?})\n", e);
         }
         result
+    }
+}
+
+/// Whether a BAR at `start` of `len` bytes can be mapped as device memory.
+fn bar_fits(start: u64, len: u64) -> bool {
+    len >= BAR_GRANULE && start % BAR_GRANULE == 0 && len % BAR_GRANULE == 0
+}
+
+#[kernel::macros::kunit_tests(p2pdirect_bar_driver)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_in_whole_subsections_only() {
+        const MIB: u64 = 1 << 20;
+        assert!(bar_fits(0xf400_0000, 64 * MIB));
+        assert!(bar_fits(0x8_0000_0000, 2 * MIB));
+        // A 1 MiB BAR, or one that ends or starts inside a 2 MiB unit,
+        // would make memremap_pages WARN.
+        assert!(!bar_fits(0xf400_0000, MIB));
+        assert!(!bar_fits(0xf400_0000, 3 * MIB));
+        assert!(!bar_fits(0xf410_0000, 2 * MIB));
+        assert!(!bar_fits(0, 0));
     }
 }

@@ -407,7 +407,7 @@ pub(crate) fn refresh_published() -> Result {
 pub(crate) struct PublishedUnbind;
 
 impl crate::sys::pci_notify::PciUnbind for PublishedUnbind {
-    fn unbinding(id: usize) {
+    fn unbinding(id: usize, _addr: u32) {
         // Never added back until the driver is gone (`unbound`); if the
         // mark cannot be kept, a LIST meanwhile may re-add the provider,
         // whose allocations the owner's teardown then waits for.
@@ -432,7 +432,7 @@ impl crate::sys::pci_notify::PciUnbind for PublishedUnbind {
         }
     }
 
-    fn unbound(id: usize) {
+    fn unbound(id: usize, _addr: u32) {
         dying().retain(|d| *d != id);
     }
 }

@@ -24,8 +24,8 @@
 //!    leaf, taken after `Provider::inner` is let go
 //! 7. `RegEntry::claim` and a kernel consumer's `KernelMem::claim` (peer_api;
 //!    a client's callbacks for the claim run under it), then `KernelMem::st`;
-//!    the peer-memory client registry, a file's `DmaHints::other` (a
-//!    spinlock), `RegEntry::io` (a spinlock, taken by I/O inside an RCU
+//!    the peer-memory client registry, the watchers of other providers'
+//!    memory (peer_clients), a file's `DmaHints::other` (a spinlock), `RegEntry::io` (a spinlock, taken by I/O inside an RCU
 //!    read section) and a client of another module's state are leaves. The
 //!    statistics take no lock (atomic counters, stats.rs).
 //!

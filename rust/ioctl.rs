@@ -180,6 +180,9 @@ fn dispatch(me: &OpenFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
 
 fn list_providers(arg: usize) -> Result<isize> {
     let mut req: uapi::p2pdirect_list_providers = self::arg(arg)?;
+    // Freed memory that a pin of another driver's held (an O_DIRECT read
+    // into the mapping) is given back first: that pin's end told nobody.
+    crate::devmem::reap();
     let providers = crate::devmem::providers()?;
     let nvmes = ffi::PciFunction::nvme_controllers()?;
     let room = (req.capacity as usize).min(providers.len());

@@ -80,6 +80,10 @@ struct P2pDirect {
     /// Revokes allocations of published memory before its driver unbinds.
     #[pin]
     published_unbind: sys::pci_notify::PciUnbindNotifier<devmem::PublishedUnbind>,
+    /// Invalidates registrations and consumers of another driver's P2PDMA
+    /// memory before that driver unbinds.
+    #[pin]
+    foreign_unbind: sys::pci_notify::PciUnbindNotifier<peer_clients::ForeignUnbind>,
     /// The PCI driver that turns device BARs into providers.
     #[pin]
     bar_driver: driver::Registration<pci::Adapter<bar_driver::BarDriver>>,
@@ -111,6 +115,7 @@ impl kernel::InPlaceModule for P2pDirect {
             peer_clients: peer_clients::Builtins::register()?,
             bar_driver <- driver::Registration::new(c"p2pdirect", module),
             published_unbind <- sys::pci_notify::PciUnbindNotifier::register(),
+            foreign_unbind <- sys::pci_notify::PciUnbindNotifier::register(),
             stats_file <- debugfs.read_write_callback_file(
                 c"stats",
                 stats::DebugfsStats,

@@ -255,6 +255,9 @@ pub(crate) struct KernelMem {
     state: Option<Arc<AllocState>>,
     /// A client of another module: its claims and this claim's id.
     external: Option<(Arc<dyn ExternalClaims>, u64)>,
+    /// Another provider's P2PDMA pages: the PCI address of that provider,
+    /// whose driver's removal it watches.
+    foreign: Option<u32>,
     /// The claim and its share of the provider's pinned bytes, until
     /// invalidated or put. Held across the client's callbacks for it (one
     /// at a time), never across the consumer's.
@@ -382,6 +385,7 @@ impl KernelApi for Api {
         let subscribed = state.clone();
         let external = claim.external();
         let ext = external.clone();
+        let foreign = claim.foreign_provider();
         // Counted in the provider's pinned bytes like a registration.
         let pinned = match external {
             None => claim
@@ -396,6 +400,7 @@ impl KernelApi for Api {
                 notify,
                 state,
                 external,
+                foreign,
                 claim <- new_mutex!(Some((claim, pinned))),
                 st <- new_mutex!(MemState {
                     released: false,
@@ -413,14 +418,15 @@ impl KernelApi for Api {
                 return Err(e);
             }
         };
-        let subscribed = match (&subscribed, &ext) {
-            (Some(st), _) => {
-                st.subscribe(mem.clone())
-                    .map_err(|e| if e == EFAULT { estale() } else { e })
-            }
-            (None, Some((claims, core_id))) => claims.subscribe(*core_id, mem.clone()),
-            (None, None) => Ok(()),
-        };
+        // Memory that went away under the caller (freed, or its driver
+        // unbinding) is stale, as it would be a moment later.
+        let subscribed = match (&subscribed, &ext, foreign) {
+            (Some(st), _, _) => st.subscribe(mem.clone()),
+            (None, Some((claims, core_id)), _) => claims.subscribe(*core_id, mem.clone()),
+            (None, None, Some(provider)) => crate::peer_clients::watch(provider, mem.clone()),
+            (None, None, None) => Ok(()),
+        }
+        .map_err(|e| if e == EFAULT { estale() } else { e });
         if let Err(e) = subscribed {
             Self::put(mem);
             return Err(e);
@@ -459,6 +465,9 @@ impl KernelApi for Api {
         }
         if let Some((claims, core_id)) = &mem.external {
             claims.unsubscribe(*core_id);
+        }
+        if mem.foreign.is_some() {
+            crate::peer_clients::unwatch(mem.id);
         }
         // Taking the claim waits for an invalidation that took it first to
         // mark itself busy; then wait for it to end.

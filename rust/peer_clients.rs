@@ -11,12 +11,19 @@
 //!    mapping); pinning then requires every page to be.
 //!
 //! Ordinary RAM is declined by both.
+//!
+//! Another provider's P2PDMA pages go away with its driver, whose removal
+//! waits for every page reference: consumers that keep a `p2pdma-user`
+//! claim (registrations, kernel-API consumers) watch the provider
+//! ([`watch`]) and are invalidated before that driver's `remove` runs
+//! ([`ForeignUnbind`]), as consumers of p2pdirect's own memory are on FREE.
 
 use crate::{
     devmem::AllocState,
     error::{edquot, refuse},
     ffi::{self, DmaDevice, UserPin},
-    peer_mem::{Client, Context, DmaSeg, UserRange},
+    peer_mem::{Client, Consumer, Context, DmaSeg, UserRange},
+    stats::Bdf,
     sys::uapi,
 };
 use kernel::{page::PAGE_SIZE, prelude::*, sync::Arc};
@@ -93,6 +100,17 @@ impl Context for PinContext {
     fn devmem_state(&self) -> Option<Arc<AllocState>> {
         self.state.clone()
     }
+
+    fn foreign_provider(&self) -> Option<u32> {
+        if self.state.is_some() {
+            return None;
+        }
+        // 0: no owner found (then there is no driver to watch either).
+        self.pin
+            .as_ref()
+            .map(|p| p.share().provider())
+            .filter(|&addr| addr != 0)
+    }
 }
 
 fn context(range: UserRange, state: Option<Arc<AllocState>>) -> Result<Option<KBox<dyn Context>>> {
@@ -164,8 +182,95 @@ impl Client for P2pdmaUserClient {
     }
 }
 
+/// Who keeps claims on other providers' P2PDMA pages.
+struct Watchers {
+    /// Each consumer with the PCI address of the function whose BAR holds
+    /// the first page of its claim (a `p2pdma-user` claim lies in one
+    /// mapping, of one provider).
+    subs: KVec<(u32, Arc<dyn Consumer>)>,
+    /// Functions whose driver is unbinding: nobody starts watching them.
+    dying: KVec<u32>,
+}
+
+crate::sys::global::global_mutex! {
+    static WATCHERS: Watchers = Watchers {
+        subs: KVec::new(),
+        dying: KVec::new(),
+    };
+    /// The watcher list's global.
+    pub(crate) struct WatchersGlobal;
+    /// Consumers of other providers' memory (a leaf lock).
+    fn watchers;
+}
+
+/// Tells `consumer` before the driver of the function at PCI address
+/// `provider` (a [`Claim::foreign_provider`](crate::peer_mem::Claim)) is
+/// removed; `EFAULT` if that driver is being removed already (the memory is
+/// going away under the caller).
+pub(crate) fn watch(provider: u32, consumer: Arc<dyn Consumer>) -> Result {
+    let mut w = watchers();
+    if w.dying.contains(&provider) {
+        return Err(EFAULT);
+    }
+    w.subs.push((provider, consumer), GFP_KERNEL)?;
+    Ok(())
+}
+
+/// Ends the watch of consumer `id`.
+pub(crate) fn unwatch(id: u64) {
+    let gone = {
+        let mut w = watchers();
+        let at = w.subs.iter().position(|(_, c)| c.consumer_id() == id);
+        at.and_then(|i| w.subs.remove(i).ok())
+    };
+    // Outside the lock: a consumer's last reference may sleep.
+    drop(gone);
+}
+
+/// Invalidates the claims consumers keep on a provider's memory before its
+/// driver unbinds (its removal would wait for their pins).
+pub(crate) struct ForeignUnbind;
+
+impl crate::sys::pci_notify::PciUnbind for ForeignUnbind {
+    fn unbinding(_id: usize, addr: u32) {
+        {
+            let mut w = watchers();
+            if !w.dying.contains(&addr) {
+                // If the mark cannot be kept, a consumer that pins the
+                // memory meanwhile holds the removal up until it puts.
+                let _ = w.dying.push(addr, GFP_KERNEL);
+            }
+        }
+        let mut told = 0u32;
+        loop {
+            let sub = {
+                let mut w = watchers();
+                let at = w.subs.iter().position(|(p, _)| *p == addr);
+                at.and_then(|i| w.subs.remove(i).ok())
+            };
+            let Some((_, consumer)) = sub else { break };
+            // With no lock held: the consumer stops, unmaps and unpins.
+            consumer.invalidate();
+            told += 1;
+        }
+        if told > 0 {
+            crate::devmem::reap();
+            pr_info!(
+                "{}: its driver is unbinding; {} registrations and consumers of its P2PDMA \
+                 memory invalidated\n",
+                Bdf(addr),
+                told
+            );
+        }
+    }
+
+    fn unbound(_id: usize, addr: u32) {
+        watchers().dying.retain(|d| *d != addr);
+    }
+}
+
 /// The built-in clients' registration, held by the module.
-pub(crate) struct Builtins(());
+pub(crate) struct Builtins(WatchersGlobal);
 
 impl Builtins {
     /// Registers both clients, in the order they are asked.
@@ -173,9 +278,10 @@ impl Builtins {
         let devmem: Arc<dyn Client> = Arc::new(DevmemClient, GFP_KERNEL)?;
         let user: Arc<dyn Client> = Arc::new(P2pdmaUserClient, GFP_KERNEL)?;
         let mut reg = crate::peer_mem::clients();
+        let watchers = WatchersGlobal::init()?;
         reg.register(devmem)?;
         reg.register(user)?;
-        Ok(Self(()))
+        Ok(Self(watchers))
     }
 }
 

@@ -84,6 +84,12 @@ pub(crate) trait Context: Send {
     fn devmem_state(&self) -> Option<Arc<crate::devmem::AllocState>> {
         None
     }
+    /// For a claim on another provider's P2PDMA pages (`p2pdma-user`): the
+    /// PCI address of the function whose BAR holds them, whose driver's
+    /// removal invalidates the claim (see `peer_clients::watch`).
+    fn foreign_provider(&self) -> Option<u32> {
+        None
+    }
     /// For a client of another module: where its invalidation of this
     /// claim is heard, and the id it names the claim by (see `peer_api`).
     fn external(&self) -> Option<(Arc<dyn ExternalClaims>, u64)> {
@@ -188,6 +194,11 @@ impl Claim {
 
     pub(crate) fn devmem_state(&self) -> Option<Arc<crate::devmem::AllocState>> {
         self.ctx.devmem_state()
+    }
+
+    /// See [`Context::foreign_provider`] (once pinned).
+    pub(crate) fn foreign_provider(&self) -> Option<u32> {
+        self.ctx.foreign_provider()
     }
 
     pub(crate) fn dma_map(&mut self, dev: &crate::ffi::DmaDevice) -> Result<KVec<DmaSeg>> {

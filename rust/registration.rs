@@ -5,8 +5,10 @@
 //! until the file deregisters it, closes, or the memory goes away.
 //!
 //! Invalidation: a registration on p2pdirect's own memory subscribes to its
-//! allocation as a peer-memory [`Consumer`]; when the memory goes away it
-//! drops its pins and reports itself dead from then on, whichever file made it.
+//! allocation as a peer-memory [`Consumer`], one on another provider's
+//! P2PDMA pages watches that provider's driver (`peer_clients::watch`);
+//! when the memory goes away it drops its pins and reports itself dead from
+//! then on, whichever file made it.
 //!
 //! Lock order: see `error.rs` (`OpenFile::regs` -> mmap lock -> an
 //! allocation's lock -> `RegEntry::claim`).
@@ -46,6 +48,8 @@ pub(crate) struct RegEntry {
     pub(crate) write: bool,
     /// The p2pdirect allocation the range lies in, if it is p2pdirect's memory.
     state: Option<Arc<AllocState>>,
+    /// Whether it watches another provider's driver (its memory's).
+    foreign: bool,
     /// The pinned claim, its share of the provider's pinned bytes and of
     /// its file's quota; `None` once invalidated.
     #[pin]
@@ -112,6 +116,9 @@ impl RegEntry {
     fn unsubscribe(&self) {
         if let Some(state) = self.state.as_ref() {
             state.unsubscribe(self.id);
+        }
+        if self.foreign {
+            crate::peer_clients::unwatch(self.id);
         }
     }
 }
@@ -188,6 +195,7 @@ pub(crate) fn register(
     claim.check_io()?;
     claim.get_pages(write)?;
     let (client, state) = (claim.client_id, claim.devmem_state());
+    let foreign = claim.foreign_provider();
     let io = claim.pages()?;
     let pinned = Pinned::new(io.provider(), span);
     // Checked above under the file's registration lock, which every
@@ -206,19 +214,24 @@ pub(crate) fn register(
             client,
             write,
             state: entry_state,
+            foreign: foreign.is_some(),
             claim <- new_mutex!(Some((claim, pinned, charge))),
             io <- new_spinlock!(Some(io)),
         }),
         GFP_KERNEL,
     )?;
     regs.list.reserve(1, GFP_KERNEL)?;
-    if let Some(state) = state {
-        // Freed between the lookup and now: the pin goes with `entry`.
-        state.subscribe(entry.clone()).inspect_err(|_| {
-            entry.invalidate();
-            crate::devmem::reap();
-        })?;
-    }
+    // Freed, or its driver unbinding, between the lookup and now: the pin
+    // goes with `entry`.
+    let subscribed = match (state, foreign) {
+        (Some(state), _) => state.subscribe(entry.clone()),
+        (None, Some(provider)) => crate::peer_clients::watch(provider, entry.clone()),
+        (None, None) => Ok(()),
+    };
+    subscribed.inspect_err(|_| {
+        entry.invalidate();
+        crate::devmem::reap();
+    })?;
     // Not in the index: the pin goes with `entry`.
     index
         .insert(id, entry.clone())

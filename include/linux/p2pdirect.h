@@ -114,10 +114,10 @@ struct p2pdirect_peer_seg {
  * Takes [@addr, @addr + @size) of the calling process through the client
  * that owns it and pins it (for the device to write into it if @write).
  * @invalidate(@priv) runs when the memory goes away (FREE, close, exit,
- * device removal, the client's invalidation or unregistering; not for
- * another driver's P2PDMA pages mapped by the user, P2PDIRECT_CLIENT_P2PDMA_USER,
- * such as a CMB through sysfs p2pmem/allocate: that driver's removal waits
- * for the put instead, as it waits for every user of its pages): the
+ * device removal, the client's invalidation or unregistering; for another
+ * driver's P2PDMA pages mapped by the user, P2PDIRECT_CLIENT_P2PDMA_USER,
+ * such as a CMB through sysfs p2pmem/allocate, that driver about to
+ * unbind, since ABI 1.14; before, its removal waited for the put): the
  * consumer must stop DMA to it before returning; p2pdirect then unmaps and
  * unpins it, and later maps fail with -ESTALE. The callback may run before
  * this function returns, may sleep, and should not call into this API

@@ -11,13 +11,14 @@ use core::marker::PhantomData;
 use kernel::{bindings, error::to_result, ffi::c_void, prelude::*, types::Opaque};
 
 /// Told about drivers leaving and joining PCI devices. `id` identifies the
-/// device as `PciFunction::id` of the ffi room does (its `struct pci_dev`).
+/// device as `PciFunction::id` of the ffi room does (its `struct pci_dev`),
+/// `addr` is its address as `pci_p2pdma::pci_addr` encodes it.
 pub(crate) trait PciUnbind: 'static {
     /// In process context, before the driver's resources go: its `remove`
     /// is about to run, or its `probe` failed.
-    fn unbinding(id: usize);
+    fn unbinding(id: usize, addr: u32);
     /// The driver is gone, or a new one is about to probe.
-    fn unbound(id: usize);
+    fn unbound(id: usize, addr: u32);
 }
 
 /// A registered notifier on the PCI bus.
@@ -74,15 +75,19 @@ impl<T: PciUnbind> PciUnbindNotifier<T> {
         let dev = data.cast::<bindings::device>();
         // SAFETY: the PCI bus's notifier is called with a device of that bus,
         // valid for the call; a `struct pci_dev` embeds it as `dev`.
-        let id = unsafe { kernel::container_of!(dev, bindings::pci_dev, dev) } as usize;
+        let pdev = unsafe { kernel::container_of!(dev, bindings::pci_dev, dev) };
+        // SAFETY: `pdev` is a valid `struct pci_dev` for the call, and
+        // `pci::Device` is a transparent wrapper of one.
+        let addr = || super::pci_p2pdma::pci_addr(unsafe { &*pdev.cast::<kernel::pci::Device>() });
+        let id = pdev as usize;
         if event(bindings::bus_notifier_event_BUS_NOTIFY_UNBIND_DRIVER)
             || event(bindings::bus_notifier_event_BUS_NOTIFY_DRIVER_NOT_BOUND)
         {
-            T::unbinding(id);
+            T::unbinding(id, addr());
         } else if event(bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER)
             || event(bindings::bus_notifier_event_BUS_NOTIFY_BIND_DRIVER)
         {
-            T::unbound(id);
+            T::unbound(id, addr());
         }
         bindings::NOTIFY_DONE as kernel::ffi::c_int
     }

@@ -34,6 +34,7 @@
 
 #include "kselftest_harness.h"
 #include "nvme_util.h"
+#include "testmod_util.h"
 
 #define DEV_PATH "/dev/p2pdirect"
 #define KiB (1ull << 10)
@@ -1235,7 +1236,10 @@ static int write_str(const char *path, const char *s)
 /*
  * Unbinding the NVMe driver of the controller whose CMB p2pdirect allocated
  * from: the unbind completes (p2pdirect revokes its allocations first: the
- * registration is dead, the mapping gives SIGBUS), and after a rebind the
+ * registration is dead, the mapping gives SIGBUS; a registration of the
+ * CMB's own P2PDMA pages, mapped through sysfs p2pmem/allocate, is
+ * invalidated too, where the unbind used to wait for its DEREGISTER or
+ * close), and after a rebind the
  * CMB is a provider again. A READ of NSID 1 (on that controller) into GPU
  * memory before, through the same /dev/p2pdirect file, leaves the file's
  * hint of the namespace's DMA device: the old namespace's fd then moves
@@ -1259,16 +1263,41 @@ static int read_ns1(int dev, const char *ns, void *gpu, __u64 len, int *err)
 	return ret ? -*err : (int)io.bytes;
 }
 
+/* Writes @bdf to the NVMe driver's unbind file, in a child. */
+static pid_t unbind_nvme_async(const char *bdf)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(write_str("/sys/bus/pci/drivers/nvme/unbind", bdf) ? 1 : 0);
+	return pid;
+}
+
+/* The exit status of child @pid, or -ETIMEDOUT if it runs @secs longer. */
+static int wait_child(pid_t pid, int secs)
+{
+	for (int i = 0; i < secs * 10; i++) {
+		int st;
+
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+		usleep(100000);
+	}
+	return -ETIMEDOUT;
+}
+
 TEST(cmb_unbind_revokes_allocations)
 {
 	struct p2pdirect_provider_info p[8];
 	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
 	struct p2pdirect_alloc a = { .size = 64 * KiB }, g = { .size = 64 * KiB };
-	char ns[64], ns1[64], pci_dir[256], bdf[32], *slash;
-	__u64 id = 0, sum;
-	__u8 *m, *gm;
+	char ns[64], ns1[64], pci_dir[256], bdf[32], path[300], *slash;
+	__u64 id = 0, uid = 0, sum;
+	__u8 *m, *gm, *um;
 	struct p2pdirect_io old_io = {};
-	int dev, found = 0, err, old_fd;
+	int dev, found = 0, err, old_fd, pf, peer, r;
+	struct tm_state st;
+	pid_t child;
 
 	ASSERT_TRUE(find_nvme("p2pnvme-sw", ns, sizeof(ns), pci_dir));
 	slash = strrchr(pci_dir, '/');
@@ -1298,11 +1327,47 @@ TEST(cmb_unbind_revokes_allocations)
 	m = mmap(NULL, a.size, PROT_READ | PROT_WRITE, MAP_SHARED, dev, a.mmap_offset);
 	ASSERT_NE(MAP_FAILED, m);
 	ASSERT_EQ(0, reg(dev, m, a.size, &id));
-	/* The unbind must not wait for p2pdirect's allocation. */
-	alarm(60);
-	ASSERT_EQ(0, write_str("/sys/bus/pci/drivers/nvme/unbind", bdf));
-	alarm(0);
+	snprintf(path, sizeof(path), "%s/p2pmem/allocate", pci_dir);
+	pf = open(path, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, pf) TH_LOG("open %s: %s", path, strerror(errno));
+	um = mmap(NULL, 64 * KiB, PROT_READ | PROT_WRITE, MAP_SHARED, pf, 0);
+	ASSERT_NE(MAP_FAILED, um);
+	ASSERT_EQ(0, reg(dev, um, 64 * KiB, &uid));
+	/* And a kernel consumer of them (mapped for the controller itself). */
+	peer = open("/sys/kernel/debug/p2pd_importer/peer", O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, peer) TH_LOG("p2pd_importer's peer file: %s", strerror(errno));
+	ASSERT_EQ(0, tm_cmd(peer, "acquire %lx %llx %s", (unsigned long)um, 64 * KiB, bdf));
+	/*
+	 * The unbind must wait neither for p2pdirect's allocation nor for the
+	 * registration of the CMB's pages (it takes well under a second). If
+	 * it waits, DEREGISTER lets it go on, and the test fails (within the
+	 * harness's 30 s).
+	 */
+	child = unbind_nvme_async(bdf);
+	ASSERT_LT(0, child);
+	r = wait_child(child, 10);
+	EXPECT_NE(-ETIMEDOUT, r) TH_LOG("the unbind waits for the registration of the CMB's pages");
+	if (r == -ETIMEDOUT) {
+		struct p2pdirect_reg_id d = { .id = uid };
+
+		ioctl(dev, P2PDIRECT_IOC_DEREGISTER, &d);
+		tm_cmd(peer, "release");
+		r = wait_child(child, 10);
+		uid = 0;
+	}
+	ASSERT_EQ(0, r);
 	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(dev, id));
+	if (uid) {
+		EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(dev, uid));
+		/* The consumer was told, and its range is stale. */
+		ASSERT_EQ(0, tm_state(peer, &st));
+		EXPECT_EQ(1u, st.invalidations);
+		EXPECT_EQ(-ESTALE, tm_cmd(peer, "map"));
+		EXPECT_EQ(0, tm_cmd(peer, "release"));
+	}
+	close(peer);
+	munmap(um, 64 * KiB);
+	close(pf);
 	EXPECT_EQ(SIGBUS, read_all(m, 4096, &sum));
 	/* The deleted namespace, through the fd opened before. */
 	old_io.fd = old_fd;

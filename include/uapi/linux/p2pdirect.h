@@ -68,6 +68,13 @@
  * -EFAULT, as one in a p2pdirect mapping does (see struct
  * p2pdirect_register).
  *
+ * ABI 1.14 (no new command, same structs): a registration of another
+ * provider's P2PDMA pages (P2PDIRECT_CLIENT_P2PDMA_USER, such as an NVMe
+ * CMB mapped through sysfs p2pmem/allocate) is invalidated when that
+ * provider's driver is about to unbind, as kernel consumers of such memory
+ * are; before, the driver's unbind waited until the registration was
+ * dropped (DEREGISTER or close).
+ *
  * ABI 1.13 (no new command, same structs): errors come in a stated order
  * when several apply (above): ALLOC checks its size and alignment before
  * its provider, EXPORT_DMABUF its open mode before its argument and its
@@ -118,7 +125,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 13
+#define P2PDIRECT_ABI_MINOR 14
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -215,7 +222,10 @@ struct p2pdirect_list_providers {
  * @alignment: in, 0 (page) or a power of two; alignment within the BAR
  * @handle: out, names the allocation for FREE
  * @mmap_offset: out, the offset to mmap() the allocation at (MAP_SHARED,
- *               length == @size, no PROT_EXEC)
+ *               length == @size, no PROT_EXEC); it is @handle << 40, so a
+ *               32-bit process, whose mmap2() offset ends at 16 TiB, can
+ *               map allocations with a handle below 16 only (handles are
+ *               numbered from 1 across all open files, lowest free first)
  * @bus_addr: out, PCI bus address of the allocation's first byte
  * @provider_offset: out, offset of the allocation within the provider's memory
  *                   (PUBLISHED: from @bus_addr of the provider, its BAR start)
@@ -372,7 +382,9 @@ struct p2pdirect_dma_probe {
  * Pins the range once, through the peer-memory client that owns it, for
  * reuse by I/O. The registration belongs to the open file; close or exit
  * drops it. When the memory goes away (FREE, the owner's close or exit,
- * device removal) the registration is invalidated: its pins are dropped and
+ * device removal; for another provider's P2PDMA pages,
+ * P2PDIRECT_CLIENT_P2PDMA_USER, that provider's driver about to unbind,
+ * since ABI 1.14) the registration is invalidated: its pins are dropped and
  * REG_QUERY reports it P2PDIRECT_REG_DEAD.
  *
  * A range must lie in one mapping: one that starts in a p2pdirect mapping and
@@ -460,7 +472,9 @@ struct p2pdirect_reg_id {
  * @dma_pci_addr: out, the PCI function that did the DMA (P2PDIRECT_PCI_ADDR);
  *	for a stacked device, the controller of its first leg in name order; 0
  *	when the block device takes no P2PDMA pages (dm, loop) or the file
- *	system serves O_DIRECT through the page cache
+ *	system serves O_DIRECT through the page cache, and for a READ at or
+ *	past the end of a raw block device (nothing moved, no device asked; a
+ *	file READ at or past its end names the controller)
  * @pad: zero
  *
  * READ moves [file_offset, file_offset + size) of @fd into the memory at
@@ -514,7 +528,8 @@ struct p2pdirect_reg_id {
  * not a multiple of the logical block size, @fd not opened with O_DIRECT,
  * @fd a character device or another kind of file, unknown flags, pad;
  * -EISDIR @fd is a directory; -ESPIPE @fd is a pipe or socket;
- * -EOPNOTSUPP the file's file system has no block device (tmpfs, procfs),
+ * -EOPNOTSUPP the file's file system has no block device (tmpfs; procfs
+ *	and sysfs files cannot be opened with O_DIRECT, so -EINVAL),
  * or the block device cannot do P2PDMA, or the file system would serve
  * O_DIRECT through the page cache (both: without COMPAT); -ENXIO @addr is
  * not device memory (no peer-memory client claims it: RAM, for one);

@@ -246,6 +246,13 @@ TEST_F(dm, list_leaves_entries_past_capacity)
 	while (i < sizeof(p) && ((unsigned char *)p)[i] == 0xa5)
 		i++;
 	EXPECT_EQ(sizeof(p), i) TH_LOG("byte %zu past the first entry written", i);
+	/* The entry written has nothing left of the 0xa5 bytes: pad and unused clients zeroed. */
+	EXPECT_EQ(0u, p[0].pad);
+	ASSERT_LE(p[0].num_clients, (__u32)P2PDIRECT_MAX_CLIENTS);
+	for (i = p[0].num_clients * sizeof(p[0].clients[0]); i < sizeof(p[0].clients); i++)
+		if (((unsigned char *)p[0].clients)[i])
+			break;
+	EXPECT_EQ(sizeof(p[0].clients), i) TH_LOG("byte %zu of the unused clients written", i);
 }
 
 /*

@@ -613,6 +613,8 @@ TEST_F(db, bad_input)
 	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, MiB, 0, 0));
 	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle, PAGE, ~0ull & ~(PAGE - 1), 0));
 	EXPECT_EQ(-ENOENT, do_export(self->fd, a.handle + 1000, 0, 0, 0));
+	/* The flags before the allocation is looked up. */
+	EXPECT_EQ(-EINVAL, do_export(self->fd, a.handle + 1000, 0, 0, 2));
 	/* Another file's allocation is not ours to export. */
 	other = open(DEV_PATH, O_RDWR);
 	ASSERT_GE(other, 0);
@@ -637,6 +639,9 @@ TEST_F(db, bad_input)
 	e.fd = 12345;
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_EXPORT_DMABUF, &e));
 	EXPECT_NE(12345, e.fd);
+	/* Opened read-write, and not close-on-exec without the flag. */
+	EXPECT_EQ(O_RDWR, fcntl(e.fd, F_GETFL) & O_ACCMODE);
+	EXPECT_EQ(0, fcntl(e.fd, F_GETFD) & FD_CLOEXEC);
 	close(e.fd);
 	/* No descriptor was left behind by the refusals. */
 	EXPECT_EQ(before_fd, dup(0));

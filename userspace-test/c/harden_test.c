@@ -387,7 +387,13 @@ TEST_F(hd, read_only_open_may_only_look)
 	EXPECT_EQ(EBADF, errno);
 	s.flags = 0;
 	s.pad = 0;
+	/* STATS may be read, so its argument is read first: EFAULT. */
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_STATS, NULL));
+	EXPECT_EQ(EFAULT, errno);
 	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_ALLOC, &a));
+	EXPECT_EQ(EBADF, errno);
+	/* The open mode before the argument pointer. */
+	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_ALLOC, NULL));
 	EXPECT_EQ(EBADF, errno);
 	EXPECT_EQ(-1, ioctl(ro, P2PDIRECT_IOC_FREE, &f));
 	EXPECT_EQ(EBADF, errno);
@@ -1026,6 +1032,8 @@ TEST_F_TIMEOUT(hd, registrations_per_file_bounded, 300)
 	for (int i = 0; i < MAX_REGS; i++)
 		ASSERT_EQ(0, reg(dev, m + i, 1, NULL));
 	EXPECT_EQ(-ENOSPC, reg(dev, m + 8192, 1, NULL));
+	/* What the file holds comes before the memory: RAM, not ENXIO. */
+	EXPECT_EQ(-ENOSPC, reg(dev, &a, sizeof(a), NULL));
 	munmap(m, a.size);
 	/* Closing drops them all. */
 	close(dev);
@@ -1138,6 +1146,50 @@ TEST_F(hd, dio_through_page_cache_is_not_p2p)
 	memset(m, 0, a.size);
 	close(fd);
 	unlink(path);
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
+/*
+ * A WRITE to a file opened O_APPEND appends, whatever file_offset says, as
+ * pwrite(2) does on Linux (the header's struct p2pdirect_io).
+ */
+TEST_F(hd, write_to_an_append_file_appends)
+{
+	const char *path = "/mnt/ext4/append.bin";
+	struct p2pdirect_alloc a;
+	struct p2pdirect_io out;
+	__u8 *m, buf[4096];
+	struct stat sb;
+	int fd, afd;
+
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ASSERT_GE(fd, 0);
+	memset(buf, 0x11, sizeof(buf));
+	ASSERT_EQ((ssize_t)sizeof(buf), write(fd, buf, sizeof(buf)));
+	fsync(fd);
+	close(fd);
+	m = open_with_memory(self->dev, &self->gpu[0], path, &fd, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	close(fd);
+	afd = open(path, O_WRONLY | O_APPEND | O_DIRECT);
+	ASSERT_GE(afd, 0);
+	memset(m, 0x22, 4096);
+	ASSERT_EQ(0, io(self->dev, true, afd, 0, (uintptr_t)m, 4096, 0, &out));
+	EXPECT_EQ(4096u, out.bytes);
+	EXPECT_EQ(4096u, out.p2p_bytes);
+	ASSERT_EQ(0, fstat(afd, &sb));
+	EXPECT_EQ(8192, sb.st_size);
+	close(afd);
+	fd = open(path, O_RDONLY);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ((ssize_t)sizeof(buf), pread(fd, buf, sizeof(buf), 0));
+	EXPECT_TRUE(buf[0] == 0x11 && buf[4095] == 0x11) TH_LOG("offset 0 overwritten");
+	ASSERT_EQ((ssize_t)sizeof(buf), pread(fd, buf, sizeof(buf), 4096));
+	EXPECT_TRUE(buf[0] == 0x22 && buf[4095] == 0x22) TH_LOG("not appended");
+	close(fd);
+	/* The file stays (its blocks are not handed to another test's file). */
+	memset(m, 0, a.size);
 	munmap(m, a.size);
 	EXPECT_EQ(0, free_handle(self->dev, a.handle));
 }

@@ -496,6 +496,9 @@ struct StateInner {
     dead: Option<Backing>,
     /// Told when the memory is revoked.
     subscribers: KVec<Arc<dyn Consumer>>,
+    /// A revocation took the memory and is still zapping the mappings and
+    /// telling the subscribers (`AllocState::told` wakes its waiters).
+    telling: bool,
 }
 
 /// One allocation (see the module documentation for its lifetime).
@@ -511,6 +514,9 @@ pub(crate) struct AllocState {
     holds: Atomic<u64>,
     #[pin]
     inner: Mutex<StateInner>,
+    /// Notified when a revocation has told everyone (`StateInner::telling`).
+    #[pin]
+    told: CondVar,
 }
 
 /// Keeps an allocation's memory from being reused after revocation, for a
@@ -620,14 +626,21 @@ impl AllocState {
     }
 
     /// Takes the memory away from everyone (see the module documentation)
-    /// and hands it to the graveyard. Idempotent; never waits.
+    /// and hands it to the graveyard. Idempotent; never waits for I/O. When
+    /// it returns the mappings are zapped and the subscribers told, also
+    /// where another revocation (FREE racing the device's removal) took
+    /// the memory first: this one then waits for that one to finish.
     pub(crate) fn revoke(self: &Arc<Self>) {
         self.revoked.store(true, Release);
         let (mapping, subscribers) = {
             let mut inner = self.inner.lock();
             let Some(live) = inner.live.take() else {
+                while inner.telling {
+                    self.told.wait(&mut inner);
+                }
                 return;
             };
+            inner.telling = true;
             // Dead from here on: reaping waits for the zap below (the pages
             // are still mapped until it ran, so they are not idle).
             inner.dead = Some(live.backing);
@@ -647,6 +660,8 @@ impl AllocState {
             s.invalidate();
         }
         drop(subscribers);
+        self.inner.lock().telling = false;
+        self.told.notify_all();
         reap();
     }
 
@@ -825,7 +840,9 @@ impl Allocation {
                             live: None,
                             dead: None,
                             subscribers: KVec::new(),
+                            telling: false,
                         }),
+                        told <- new_condvar!(),
                     }),
                     GFP_KERNEL,
                 )?;

@@ -37,7 +37,9 @@
 //! None of 4. to 7. is held while the reservation lock is taken.
 //!
 //! Revocation calls subscribers (which take `RegEntry::claim`, or a
-//! dma-buf's link and reservation lock) with no lock of devmem's held. No
+//! dma-buf's link and reservation lock) with no lock of devmem's held; a
+//! second revocation of the same allocation (FREE racing device removal)
+//! waits for the first one's telling with no lock held either. No
 //! wait for a pin happens with a lock of p2pdirect's held. FREE waits only
 //! for the fences on a dma-buf of the memory, holding that export's link
 //! (which keeps the buffer from being released meanwhile) and its

@@ -185,6 +185,11 @@ impl UserPin {
                 .is_some_and(|phys| self.pages.all_within(phys, len as u64))
     }
 
+    /// See [`Pages::single_provider_id`].
+    pub(crate) fn single_provider_id(&self) -> Option<usize> {
+        self.pages.single_provider_id()
+    }
+
     /// Another reference to the pinned pages, for I/O: the pages stay
     /// pinned until every reference is gone.
     pub(crate) fn share(&self) -> Pages {

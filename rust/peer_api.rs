@@ -255,9 +255,9 @@ pub(crate) struct KernelMem {
     state: Option<Arc<AllocState>>,
     /// A client of another module: its claims and this claim's id.
     external: Option<(Arc<dyn ExternalClaims>, u64)>,
-    /// Another provider's P2PDMA pages: the PCI address of that provider,
+    /// Another provider's P2PDMA pages: that provider (`PciFunction::id`),
     /// whose driver's removal it watches.
-    foreign: Option<u32>,
+    foreign: Option<usize>,
     /// The claim and its share of the provider's pinned bytes, until
     /// invalidated or put. Held across the client's callbacks for it (one
     /// at a time), never across the consumer's.

@@ -34,6 +34,9 @@ struct PinContext {
     pin: Option<UserPin>,
     /// The p2pdirect allocation the range lies in (devmem client only).
     state: Option<Arc<AllocState>>,
+    /// Another provider's pages (p2pdma-user client): the PCI function
+    /// whose BAR holds them (`PciFunction::id`), once pinned.
+    provider: Option<usize>,
 }
 
 impl Context for PinContext {
@@ -58,15 +61,27 @@ impl Context for PinContext {
         }
         // The mapping looked up may have been replaced before the pages
         // were pinned: the pages must be the allocation's.
-        if let Some(state) = self.state.as_ref() {
-            if !state.holds(&pin) {
-                refuse!(
+        match self.state.as_ref() {
+            Some(state) if !state.holds(&pin) => refuse!(
+                EFAULT,
+                "{:#x}+{:#x}: the device-memory mapping changed while it was pinned\n",
+                self.range.addr,
+                self.range.size
+            ),
+            Some(_) => {}
+            // Another provider's pages, all of one device (whose unbind is
+            // watched for): a mapping replaced by another device's between
+            // the lookup and the pin is caught here.
+            None => match pin.single_provider_id() {
+                Some(id) => self.provider = Some(id),
+                None => refuse!(
                     EFAULT,
-                    "{:#x}+{:#x}: the device-memory mapping changed while it was pinned\n",
+                    "{:#x}+{:#x}: its P2PDMA pages are not all of one device (a mapping \
+                     replaced while it was pinned)\n",
                     self.range.addr,
                     self.range.size
-                );
-            }
+                ),
+            },
         }
         self.pin = Some(pin);
         Ok(())
@@ -101,15 +116,8 @@ impl Context for PinContext {
         self.state.clone()
     }
 
-    fn foreign_provider(&self) -> Option<u32> {
-        if self.state.is_some() {
-            return None;
-        }
-        // 0: no owner found (then there is no driver to watch either).
-        self.pin
-            .as_ref()
-            .map(|p| p.share().provider())
-            .filter(|&addr| addr != 0)
+    fn foreign_provider(&self) -> Option<usize> {
+        self.pin.as_ref().and(self.provider)
     }
 }
 
@@ -119,6 +127,7 @@ fn context(range: UserRange, state: Option<Arc<AllocState>>) -> Result<Option<KB
             range,
             pin: None,
             state,
+            provider: None,
         },
         GFP_KERNEL,
     )?;
@@ -184,12 +193,11 @@ impl Client for P2pdmaUserClient {
 
 /// Who keeps claims on other providers' P2PDMA pages.
 struct Watchers {
-    /// Each consumer with the PCI address of the function whose BAR holds
-    /// the first page of its claim (a `p2pdma-user` claim lies in one
-    /// mapping, of one provider).
-    subs: KVec<(u32, Arc<dyn Consumer>)>,
+    /// Each consumer with the PCI function whose BAR holds its pages (as
+    /// `PciFunction::id` names it: a pinned page keeps its function).
+    subs: KVec<(usize, Arc<dyn Consumer>)>,
     /// Functions whose driver is unbinding: nobody starts watching them.
-    dying: KVec<u32>,
+    dying: KVec<usize>,
 }
 
 crate::sys::global::global_mutex! {
@@ -203,11 +211,11 @@ crate::sys::global::global_mutex! {
     fn watchers;
 }
 
-/// Tells `consumer` before the driver of the function at PCI address
-/// `provider` (a [`Claim::foreign_provider`](crate::peer_mem::Claim)) is
-/// removed; `EFAULT` if that driver is being removed already (the memory is
-/// going away under the caller).
-pub(crate) fn watch(provider: u32, consumer: Arc<dyn Consumer>) -> Result {
+/// Tells `consumer` before the driver of the function `provider` (a
+/// [`Claim::foreign_provider`](crate::peer_mem::Claim)) is removed;
+/// `EFAULT` if that driver is being removed already (the memory is going
+/// away under the caller).
+pub(crate) fn watch(provider: usize, consumer: Arc<dyn Consumer>) -> Result {
     let mut w = watchers();
     if w.dying.contains(&provider) {
         return Err(EFAULT);
@@ -228,24 +236,25 @@ pub(crate) fn unwatch(id: u64) {
 }
 
 /// Invalidates the claims consumers keep on a provider's memory before its
-/// driver unbinds (its removal would wait for their pins).
+/// driver unbinds (its removal would wait for their pins). Runs in the
+/// PCI bus notifier, under the device's lock.
 pub(crate) struct ForeignUnbind;
 
 impl crate::sys::pci_notify::PciUnbind for ForeignUnbind {
-    fn unbinding(_id: usize, addr: u32) {
+    fn unbinding(id: usize, addr: u32) {
         {
             let mut w = watchers();
-            if !w.dying.contains(&addr) {
+            if !w.dying.contains(&id) {
                 // If the mark cannot be kept, a consumer that pins the
                 // memory meanwhile holds the removal up until it puts.
-                let _ = w.dying.push(addr, GFP_KERNEL);
+                let _ = w.dying.push(id, GFP_KERNEL);
             }
         }
         let mut told = 0u32;
         loop {
             let sub = {
                 let mut w = watchers();
-                let at = w.subs.iter().position(|(p, _)| *p == addr);
+                let at = w.subs.iter().position(|(p, _)| *p == id);
                 at.and_then(|i| w.subs.remove(i).ok())
             };
             let Some((_, consumer)) = sub else { break };
@@ -264,8 +273,8 @@ impl crate::sys::pci_notify::PciUnbind for ForeignUnbind {
         }
     }
 
-    fn unbound(_id: usize, addr: u32) {
-        watchers().dying.retain(|d| *d != addr);
+    fn unbound(id: usize, _addr: u32) {
+        watchers().dying.retain(|d| *d != id);
     }
 }
 

@@ -84,10 +84,11 @@ pub(crate) trait Context: Send {
     fn devmem_state(&self) -> Option<Arc<crate::devmem::AllocState>> {
         None
     }
-    /// For a claim on another provider's P2PDMA pages (`p2pdma-user`): the
-    /// PCI address of the function whose BAR holds them, whose driver's
-    /// removal invalidates the claim (see `peer_clients::watch`).
-    fn foreign_provider(&self) -> Option<u32> {
+    /// For a pinned claim on another provider's P2PDMA pages
+    /// (`p2pdma-user`): the PCI function whose BAR holds them (as
+    /// `PciFunction::id` names it), whose driver's removal invalidates the
+    /// claim (see `peer_clients::watch`).
+    fn foreign_provider(&self) -> Option<usize> {
         None
     }
     /// For a client of another module: where its invalidation of this
@@ -197,7 +198,7 @@ impl Claim {
     }
 
     /// See [`Context::foreign_provider`] (once pinned).
-    pub(crate) fn foreign_provider(&self) -> Option<u32> {
+    pub(crate) fn foreign_provider(&self) -> Option<usize> {
         self.ctx.foreign_provider()
     }
 

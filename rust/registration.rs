@@ -90,8 +90,9 @@ impl Consumer for RegEntry {
     }
 
     fn invalidate(&self) {
-        // Each dropped outside its lock (the claim's drop may sleep; the
-        // I/O reference goes first, so no I/O starts on it any more).
+        // The I/O reference first, dropped outside its spinlock, so no I/O
+        // starts on it any more; then the claim (its drop unpins and may
+        // sleep, under the claim's mutex, which allows that).
         let io = self.io.lock().take();
         drop(io);
         drop(self.claim.lock().take());

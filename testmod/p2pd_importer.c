@@ -28,10 +28,11 @@
  *
  * Each open file of p2pd_importer/peer is a consumer of p2pdirect's kernel
  * API (include/linux/p2pdirect.h), taking a user range of the writer:
- *   acquire ADDR SIZE BDF [write|noinval|putincb]
+ *   acquire ADDR SIZE BDF [write|noinval|putincb|slow]
  *	p2pdirect_peer_get() of [ADDR, ADDR + SIZE) (hex), then
  *	p2pdirect_peer_dma_map() for PCI function BDF; noinval passes no
- *	invalidation callback (which p2pdirect refuses); putincb maps the
+ *	invalidation callback (which p2pdirect refuses); slow makes the
+ *	callback take 2 s (after it counted itself); putincb maps the
  *	range and hands it to the callback, which puts it itself (as the API
  *	advises against): the file is then not attached, its other commands
  *	never see the range, and closing it puts the range if the callback
@@ -507,6 +508,7 @@ struct peer_user {
 	int nsegs;		/* mapped segments; 0: not mapped */
 	atomic_t invalidations;
 	struct p2pdirect_peer_mem *cb_mem;	/* putincb: the callback's to put */
+	bool slow;		/* the callback sleeps 2 s */
 };
 
 /* The range of putincb, if the callback has not put it: put now. */
@@ -526,6 +528,8 @@ static void peer_invalidate(void *priv)
 	atomic_inc(&pu->invalidations);
 	WRITE_ONCE(pu->nsegs, 0);
 	put_cb_mem(pu);
+	if (READ_ONCE(pu->slow))
+		msleep(2000);
 }
 
 static int peer_map(struct peer_user *pu)
@@ -572,11 +576,13 @@ static int peer_acquire(struct peer_user *pu, char *args)
 		return -EBUSY;
 	if (!addr_s || !size_s || !bdf || kstrtoul(addr_s, 16, &addr) ||
 	    kstrtoul(size_s, 16, &size) ||
-	    (opt && strcmp(opt, "write") && strcmp(opt, "noinval") && strcmp(opt, "putincb")))
+	    (opt && strcmp(opt, "write") && strcmp(opt, "noinval") && strcmp(opt, "putincb") &&
+	     strcmp(opt, "slow")))
 		return -EINVAL;
 	dev = bus_find_device_by_name(&pci_bus_type, NULL, bdf);
 	if (!dev)
 		return -ENODEV;
+	WRITE_ONCE(pu->slow, opt && !strcmp(opt, "slow"));
 	mem = p2pdirect_peer_get(addr, size, opt && !strcmp(opt, "write"),
 				 opt && !strcmp(opt, "noinval") ? NULL : peer_invalidate, pu);
 	if (IS_ERR(mem)) {

@@ -117,7 +117,10 @@ struct p2pdirect_peer_seg {
  * device removal, the client's invalidation or unregistering; for another
  * driver's P2PDMA pages mapped by the user, P2PDIRECT_CLIENT_P2PDMA_USER,
  * such as a CMB through sysfs p2pmem/allocate, that driver about to
- * unbind, since ABI 1.14; before, its removal waited for the put): the
+ * unbind, since ABI 1.14, from the PCI bus notifier with that device's
+ * lock held, so the callback must not bind, unbind, reset or remove a PCI
+ * device, nor wait for work that does; before, its removal waited for the
+ * put): the
  * consumer must stop DMA to it before returning; p2pdirect then unmaps and
  * unpins it, and later maps fail with -ESTALE. The callback may run before
  * this function returns, may sleep, and should not call into this API

@@ -288,6 +288,30 @@ impl Pages {
             .all(|&p| unsafe { c::p2pdirect_page_is_p2pdma(p) })
     }
 
+    /// The PCI function whose BAR holds the pages, as `PciFunction::id`
+    /// names it (its `struct pci_dev`), if every page is P2PDMA memory of
+    /// one pgmap and that function is found; `None` otherwise. The pins
+    /// keep the pgmap, so the function's driver, and the function itself.
+    pub(crate) fn single_provider_id(&self) -> Option<usize> {
+        let pages = &self.inner().pages[..];
+        let &first = pages.first()?;
+        // SAFETY: each page is held (type invariant of `Inner`); a P2PDMA
+        // page has a pgmap, and only those are asked for it.
+        let one = unsafe {
+            c::p2pdirect_page_is_p2pdma(first)
+                && pages.iter().all(|&p| {
+                    c::p2pdirect_page_is_p2pdma(p)
+                        && c::p2pdirect_page_pgmap(p) == c::p2pdirect_page_pgmap(first)
+                })
+        };
+        if !one {
+            return None;
+        }
+        // SAFETY: the page is held (type invariant of `Inner`).
+        let owner = bar_owner(unsafe { c::p2pdirect_page_phys(first) })?;
+        Some(core::ptr::from_ref::<pci::Device>(&owner) as usize)
+    }
+
     /// Whether every page lies in physical memory `[phys, phys + len)`
     /// (false for allocated pages).
     pub(crate) fn all_within(&self, phys: u64, len: u64) -> bool {

@@ -287,6 +287,65 @@ TEST_F(ka, gpu_unbind_invalidates_the_consumer)
 	EXPECT_TRUE(back);
 }
 
+struct unbind_gpu {
+	char bdf[32];
+	int ret;
+};
+
+static void *unbind_gpu_main(void *arg)
+{
+	struct unbind_gpu *u = arg;
+
+	u->ret = sysfs_write("/sys/bus/pci/drivers/p2pdirect/unbind", u->bdf);
+	return NULL;
+}
+
+/*
+ * FREE racing the GPU's removal returns only once the removal told
+ * everyone: the removal first tells a consumer whose callback takes 2 s,
+ * then a registration of the same memory, which is DEAD when FREE returns
+ * (since ABI 1.14; before, FREE returned at once, the registration still
+ * LIVE and pinning the memory).
+ */
+TEST_F(ka, free_during_gpu_unbind_returns_once_everyone_is_told)
+{
+	struct p2pdirect_provider_info g = { 0 };
+	struct p2pdirect_register r = { .size = MiB };
+	struct p2pdirect_reg_id q = { 0 };
+	struct unbind_gpu u = { .ret = -1 };
+	struct p2pdirect_alloc a;
+	struct tm_state st = { 0 };
+	pthread_t t;
+	char *m;
+
+	ASSERT_EQ(0, last_gpu(self->fd, &g));
+	pci_name(g.pci_addr, u.bdf, sizeof(u.bdf));
+	snprintf(self->unbound, sizeof(self->unbound), "%s", u.bdf);
+	m = alloc_map(_metadata, self->fd, g.index, MiB, &a);
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s slow", (unsigned long)m, MiB,
+			    self->sw));
+	r.addr = (uintptr_t)m;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &r));
+	ASSERT_EQ(0, pthread_create(&t, NULL, unbind_gpu_main, &u));
+	/* The removal is in the consumer's callback (which counts on entry). */
+	for (int i = 0; i < 500 && st.invalidations == 0; i++) {
+		usleep(10000);
+		ASSERT_EQ(0, tm_state(self->peer, &st));
+	}
+	ASSERT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &(struct p2pdirect_free){ .handle = a.handle }));
+	q.id = r.id;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REG_QUERY, &q));
+	EXPECT_EQ((__u32)P2PDIRECT_REG_DEAD, q.state)
+		TH_LOG("FREE returned before the removal told everyone");
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	EXPECT_EQ(0, u.ret);
+	EXPECT_EQ(-ESTALE, tm_cmd(self->peer, "map"));
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+	munmap(m, MiB);
+	EXPECT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", u.bdf));
+}
+
 /*
  * A consumer module unloaded while it holds a mapped range puts it in its
  * exit: the pins go, and FREE gives the memory back at once.

@@ -73,7 +73,11 @@
  * CMB mapped through sysfs p2pmem/allocate) is invalidated when that
  * provider's driver is about to unbind, as kernel consumers of such memory
  * are; before, the driver's unbind waited until the registration was
- * dropped (DEREGISTER or close).
+ * dropped (DEREGISTER or close). Such a range must be pages of one device
+ * (-EFAULT otherwise, for REGISTER, DMA_PROBE, READ and WRITE alike). FREE
+ * (or close) racing the removal of the allocation's device returns once the
+ * removal has zapped the mappings and told every registration and kernel
+ * consumer, as FREE alone does; before, it could return first.
  *
  * ABI 1.13 (no new command, same structs): errors come in a stated order
  * when several apply (above): ALLOC checks its size and alignment before
@@ -277,10 +281,12 @@ struct p2pdirect_alloc {
  * registrations on it (of any file) are invalidated and every user mapping
  * of it is zapped (a later CPU access gets SIGBUS). What it does wait for
  * is being told: the invalidation callbacks of kernel consumers of it
- * (include/linux/p2pdirect.h) run before it returns (unless the removal of
- * its device is revoking the same memory at that moment: they then run in
- * the removal's thread), and the fences of a dma-buf exported from it are
- * waited for (see P2PDIRECT_IOC_EXPORT_DMABUF). An I/O in flight keeps
+ * (include/linux/p2pdirect.h) run before it returns (if the removal of its
+ * device is revoking the same memory at that moment, they run in the
+ * removal's thread, and FREE returns once that removal told everyone and
+ * zapped the mappings: since ABI 1.14; before, FREE returned at once,
+ * registrations possibly still live), and the fences of a dma-buf exported
+ * from it are waited for (see P2PDIRECT_IOC_EXPORT_DMABUF). An I/O in flight keeps
  * its pages until it ends; only then does the memory return to the
  * provider, never earlier. The handle may be reused as soon as FREE returns.
  */
@@ -400,8 +406,10 @@ struct p2pdirect_dma_probe {
  * than the module parameter max_pinned_mib allows (counted in whole pages:
  * a 2-byte range across a page boundary pins 8 KiB), or the range alone is
  * larger; -ENOSPC the file holds 4096 registrations already; -EFAULT the
- * range is not mapped, spans two mappings, or its memory was freed while it
- * was being registered; -EOPNOTSUPP memory of a peer-memory client another
+ * range is not mapped, spans two mappings (or, for another provider's
+ * P2PDMA pages, pages of two devices: since ABI 1.14), or its memory was
+ * freed (or its provider's driver began to unbind) while it was being
+ * registered; -EOPNOTSUPP memory of a peer-memory client another
  * module registered (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only); -EINVAL
  * size 0, a wrapping range, unknown flags. Checked in this order: -EINVAL;
  * then what the file holds (-EEXIST, -ENOSPC, -EDQUOT), before the memory is

@@ -139,7 +139,7 @@ impl OpenFile {
     }
 
     /// P2PDIRECT_IOC_FREE: revokes the memory from every user at once and
-    /// never waits (see devmem).
+    /// never waits for I/O (see devmem).
     pub(crate) fn free(&self, handle: u64) -> Result {
         let alloc = {
             let mut allocs = self.allocs.lock();

@@ -629,14 +629,21 @@ impl AllocState {
     /// and hands it to the graveyard. Idempotent; never waits for I/O. When
     /// it returns the mappings are zapped and the subscribers told, also
     /// where another revocation (FREE racing the device's removal) took
-    /// the memory first: this one then waits for that one to finish.
+    /// the memory first: this one then waits for that one to finish, unless
+    /// a signal interrupts it.
     pub(crate) fn revoke(self: &Arc<Self>) {
         self.revoked.store(true, Release);
         let (mapping, subscribers) = {
             let mut inner = self.inner.lock();
             let Some(live) = inner.live.take() else {
+                // A signal ends the wait (the memory is revoked already;
+                // only the "everyone told" guarantee is left to the other
+                // revocation): a thread the winner waits for (a fence it
+                // signals, a consumer it answers) can be killed.
                 while inner.telling {
-                    self.told.wait(&mut inner);
+                    if self.told.wait_interruptible(&mut inner) {
+                        break;
+                    }
                 }
                 return;
             };
@@ -892,8 +899,9 @@ impl Allocation {
         ))
     }
 
-    /// Frees the allocation: revokes it (never waits); the handle is free
-    /// again when this returns, the memory once its last pin went.
+    /// Frees the allocation: revokes it (never waits for I/O; see
+    /// [`AllocState::revoke`]); the handle is free again when this returns,
+    /// the memory once its last pin went.
     pub(crate) fn free(self) {
         self.state.revoke();
     }

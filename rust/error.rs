@@ -39,9 +39,11 @@
 //! Revocation calls subscribers (which take `RegEntry::claim`, or a
 //! dma-buf's link and reservation lock) with no lock of devmem's held; a
 //! second revocation of the same allocation (FREE racing device removal)
-//! waits for the first one's telling with no lock held either. No
-//! wait for a pin happens with a lock of p2pdirect's held. FREE waits only
-//! for the fences on a dma-buf of the memory, holding that export's link
+//! waits, interruptibly, for the first one's telling with no lock of
+//! p2pdirect's held (a removal that loses holds the device's lock, 0.). No
+//! wait for a pin happens with a lock of p2pdirect's held. Besides that
+//! telling and its consumers' callbacks, FREE waits only for the fences on
+//! a dma-buf of the memory, holding that export's link
 //! (which keeps the buffer from being released meanwhile) and its
 //! reservation lock, as the kernel's own exporters wait for fences when they
 //! revoke; only that buffer's release and its importers' map and unmap wait

@@ -76,8 +76,8 @@ impl Context for PinContext {
                 Some(id) => self.provider = Some(id),
                 None => refuse!(
                     EFAULT,
-                    "{:#x}+{:#x}: its P2PDMA pages are not all of one device (a mapping \
-                     replaced while it was pinned)\n",
+                    "{:#x}+{:#x}: its P2PDMA pages are not all of one region of a device \
+                     p2pdirect can find (a mapping replaced while it was pinned?)\n",
                     self.range.addr,
                     self.range.size
                 ),

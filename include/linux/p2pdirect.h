@@ -117,11 +117,11 @@ struct p2pdirect_peer_seg {
  * device removal, the client's invalidation or unregistering; for another
  * driver's P2PDMA pages mapped by the user, P2PDIRECT_CLIENT_P2PDMA_USER,
  * such as a CMB through sysfs p2pmem/allocate, that driver about to
- * unbind, since ABI 1.14, from the PCI bus notifier with that device's
- * lock held, so the callback must not bind, unbind, reset or remove a PCI
- * device, nor wait for work that does; before, its removal waited for the
- * put): the
- * consumer must stop DMA to it before returning; p2pdirect then unmaps and
+ * unbind, since ABI 1.14; before, its removal waited for the put). For a
+ * device's removal or unbind it runs with that device's lock held (in its
+ * driver's remove, or in the PCI bus notifier), so the callback must not
+ * bind, unbind, reset or remove a PCI device, nor wait for work that does.
+ * The consumer must stop DMA to it before returning; p2pdirect then unmaps and
  * unpins it, and later maps fail with -ESTALE. The callback may run before
  * this function returns, may sleep, and should not call into this API
  * (defer the put; a p2pdirect_peer_put() of this range from inside the
@@ -130,8 +130,9 @@ struct p2pdirect_peer_seg {
  * could keep DMAing into memory given to someone else. Returns an ERR_PTR:
  * -EINVAL (empty or wrapping range, or no @invalidate), -ENXIO
  * (no client owns the range: not device memory), -EFAULT (no user address
- * space: a kernel thread; nothing mapped at @addr; or a range partly in
- * device memory), -ESTALE (the memory went away meanwhile; -EFAULT if it
+ * space: a kernel thread; nothing mapped at @addr; a range partly in
+ * device memory; or, for another driver's P2PDMA pages, pages of more than
+ * one P2PDMA region), -ESTALE (the memory went away meanwhile; -EFAULT if it
  * went between the lookup and the pin), -EDQUOT (a range larger than
  * max_pinned_mib), -ENOMEM, or the client's error.
  */

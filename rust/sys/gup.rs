@@ -290,8 +290,9 @@ impl Pages {
 
     /// The PCI function whose BAR holds the pages, as `PciFunction::id`
     /// names it (its `struct pci_dev`), if every page is P2PDMA memory of
-    /// one pgmap and that function is found; `None` otherwise. The pins
-    /// keep the pgmap, so the function's driver, and the function itself.
+    /// one region (one pgmap: a driver may add its BAR in several) and that
+    /// function is found; `None` otherwise. The pins keep the pgmap, so the
+    /// function's driver, and the function itself.
     pub(crate) fn single_provider_id(&self) -> Option<usize> {
         let pages = &self.inner().pages[..];
         let &first = pages.first()?;
@@ -309,6 +310,10 @@ impl Pages {
         }
         // SAFETY: the page is held (type invariant of `Inner`).
         let owner = bar_owner(unsafe { c::p2pdirect_page_phys(first) })?;
+        // What `provider` would look up again (the same first page).
+        self.inner()
+            .provider
+            .store(super::pci_p2pdma::pci_addr(&owner), Ordering::Relaxed);
         Some(core::ptr::from_ref::<pci::Device>(&owner) as usize)
     }
 

@@ -17,7 +17,8 @@ pub(crate) trait PciUnbind: 'static {
     /// In process context, before the driver's resources go: its `remove`
     /// is about to run, or its `probe` failed.
     fn unbinding(id: usize, addr: u32);
-    /// The driver is gone, or a new one is about to probe.
+    /// The driver is gone, a new one is about to probe, or the device is
+    /// being removed (after a failed probe no driver was there to go).
     fn unbound(id: usize, addr: u32);
 }
 
@@ -86,6 +87,7 @@ impl<T: PciUnbind> PciUnbindNotifier<T> {
             T::unbinding(id, addr());
         } else if event(bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER)
             || event(bindings::bus_notifier_event_BUS_NOTIFY_BIND_DRIVER)
+            || event(bindings::bus_notifier_event_BUS_NOTIFY_DEL_DEVICE)
         {
             T::unbound(id, addr());
         }

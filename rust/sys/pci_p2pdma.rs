@@ -118,8 +118,11 @@ pub(crate) fn bar_owner(phys: u64) -> Option<ARef<pci::Device>> {
         let pdev = unsafe { dev.cast::<pci::Device>().as_ref() };
         let hit = (0..bindings::PCI_STD_NUM_BARS).any(|bar| {
             resource(pdev, bar).is_some_and(|r| {
+                // An unassigned BAR may still read [0, size): not an owner.
+                let unset = (bindings::IORESOURCE_UNSET | bindings::IORESOURCE_DISABLED) as usize;
                 r.flags & bindings::IORESOURCE_TYPE_BITS as usize
                     == bindings::IORESOURCE_MEM as usize
+                    && r.flags & unset == 0
                     && phys >= r.start
                     && phys <= r.end
             })

@@ -1454,6 +1454,7 @@ TEST(cmb_unbind_revokes_allocations)
 	ASSERT_NE(MAP_FAILED, um);
 	EXPECT_EQ(0, reg(dev, um, 64 * KiB, &uid));
 	EXPECT_EQ(P2PDIRECT_REG_LIVE, reg_state(dev, uid));
+	EXPECT_EQ(0, ioctl(dev, P2PDIRECT_IOC_DEREGISTER, &(struct p2pdirect_reg_id){ .id = uid }));
 	munmap(um, 64 * KiB);
 	close(pf);
 	/* The namespace is a new disk: it is read from its new node. */

@@ -305,7 +305,9 @@ static void *unbind_gpu_main(void *arg)
  * everyone: the removal first tells a consumer whose callback takes 2 s,
  * then a registration of the same memory, which is DEAD when FREE returns
  * (since ABI 1.14; before, FREE returned at once, the registration still
- * LIVE and pinning the memory).
+ * LIVE and pinning the memory). It relies on subscribers being told in the
+ * order they came (the consumer first), and on FREE starting within the
+ * callback's 2 s; a FREE later than that would pass on the old module too.
  */
 TEST_F(ka, free_during_gpu_unbind_returns_once_everyone_is_told)
 {

@@ -73,8 +73,9 @@
  * CMB mapped through sysfs p2pmem/allocate) is invalidated when that
  * provider's driver is about to unbind, as kernel consumers of such memory
  * are; before, the driver's unbind waited until the registration was
- * dropped (DEREGISTER or close). Such a range must be pages of one device
- * (-EFAULT otherwise, for REGISTER, DMA_PROBE, READ and WRITE alike). FREE
+ * dropped (DEREGISTER or close). Such a range must be pages of one P2PDMA
+ * region, so of one device (-EFAULT otherwise, for REGISTER, DMA_PROBE,
+ * READ and WRITE alike; a sysfs p2pmem mapping is one region). FREE
  * (or close) racing the removal of the allocation's device returns once the
  * removal has zapped the mappings and told every registration and kernel
  * consumer, as FREE alone does; before, it could return first.
@@ -284,7 +285,7 @@ struct p2pdirect_alloc {
  * (include/linux/p2pdirect.h) run before it returns (if the removal of its
  * device is revoking the same memory at that moment, they run in the
  * removal's thread, and FREE returns once that removal told everyone and
- * zapped the mappings: since ABI 1.14; before, FREE returned at once,
+ * zapped the mappings, unless a signal interrupts that wait: since ABI 1.14; before, FREE returned at once,
  * registrations possibly still live), and the fences of a dma-buf exported
  * from it are waited for (see P2PDIRECT_IOC_EXPORT_DMABUF). An I/O in flight keeps
  * its pages until it ends; only then does the memory return to the
@@ -407,7 +408,7 @@ struct p2pdirect_dma_probe {
  * a 2-byte range across a page boundary pins 8 KiB), or the range alone is
  * larger; -ENOSPC the file holds 4096 registrations already; -EFAULT the
  * range is not mapped, spans two mappings (or, for another provider's
- * P2PDMA pages, pages of two devices: since ABI 1.14), or its memory was
+ * P2PDMA pages, two P2PDMA regions: since ABI 1.14), or its memory was
  * freed (or its provider's driver began to unbind) while it was being
  * registered; -EOPNOTSUPP memory of a peer-memory client another
  * module registered (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only); -EINVAL

@@ -633,7 +633,7 @@ impl AllocState {
     /// a signal interrupts it.
     pub(crate) fn revoke(self: &Arc<Self>) {
         self.revoked.store(true, Release);
-        let (mapping, subscribers) = {
+        let (mapping, subscribers, telling_hold) = {
             let mut inner = self.inner.lock();
             let Some(live) = inner.live.take() else {
                 // A signal ends the wait (the memory is revoked already;
@@ -648,10 +648,20 @@ impl AllocState {
                 return;
             };
             inner.telling = true;
+            // The memory stays out of the graveyard's reach until every
+            // subscriber was told: a reap by one of them (a kernel
+            // consumer's, or another thread's) must not give it back
+            // before a later one (a dma-buf export) took its own hold for
+            // the fences its importers may still DMA under.
+            self.holds.fetch_add(1, Full);
             // Dead from here on: reaping waits for the zap below (the pages
             // are still mapped until it ran, so they are not idle).
             inner.dead = Some(live.backing);
-            (live.mapping, core::mem::take(&mut inner.subscribers))
+            (
+                live.mapping,
+                core::mem::take(&mut inner.subscribers),
+                Hold(self.clone()),
+            )
         };
         // The graveyard is the fast path of `reap`; a state it could not take
         // is still found in its provider's list by the next ALLOC there and
@@ -669,6 +679,7 @@ impl AllocState {
         drop(subscribers);
         self.inner.lock().telling = false;
         self.told.notify_all();
+        drop(telling_hold);
         reap();
     }
 

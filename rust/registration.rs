@@ -270,8 +270,13 @@ pub(crate) fn deregister(
     let entry = regs.list.remove(i).map_err(|_| ENOENT)?;
     let retired = index.remove(id);
     entry.unsubscribe();
+    let state = entry.state();
+    // Its pins and its share of the quota go now, also where a revocation
+    // under way took the subscriber list and has yet to reach it (behind
+    // another subscriber's fence wait or callback).
+    entry.invalidate();
     Ok((
-        entry.state(),
+        state,
         Deregistered {
             retired,
             entry: Some(entry),
@@ -306,5 +311,9 @@ pub(crate) fn drop_all(regs: &mut FileRegs, index: &RegIndex) {
     index.clear();
     while let Some(r) = regs.list.pop() {
         r.unsubscribe();
+        // As for DEREGISTER: the pins go now, whoever else holds it.
+        r.invalidate();
     }
+    // Memory freed while registered may have waited for these pins only.
+    crate::devmem::reap();
 }

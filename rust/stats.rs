@@ -206,14 +206,16 @@ impl Row {
         self.p2p.fetch_add(c.p2p, Relaxed);
         self.bounced.fetch_add(c.bounced, Relaxed);
         self.zeroed.fetch_add(c.zeroed, Relaxed);
+        // The sum and the count always (a concurrent I/O may have added
+        // to one after the reset took the other); the extremes only with
+        // samples behind them (minimum 0: another reset took it first).
+        self.lat_sum_ns.fetch_add(c.lat_sum_ns, Relaxed);
+        self.lat_n.fetch_add(c.lat_n, Relaxed);
         if c.lat_n != 0 {
-            // 0: another reset took the minimum first (none to merge).
             if c.lat_min_ns != 0 {
                 lower(&self.lat_min_ns, c.lat_min_ns);
             }
             raise(&self.lat_max_ns, c.lat_max_ns);
-            self.lat_sum_ns.fetch_add(c.lat_sum_ns, Relaxed);
-            self.lat_n.fetch_add(c.lat_n, Relaxed);
         }
     }
 }

@@ -22,6 +22,10 @@
  *   keep	the module takes the importer over: closing the file leaves
  *		it attached (and mapped), and unloading the module releases it
  *		(an RDMA driver unloaded while a memory region is registered)
+ *   fence	adds a fence of the importer's own to the dma-buf's
+ *		reservation object (a write job of its device still running),
+ *		not signalled until "signal" or detach
+ *   signal	signals that fence
  * Reading gives "attached A mapped M invalidations N segs S" and a line
  * "seg DMA_ADDR LEN" per DMA segment of the mapping (hex). Closing the file
  * unmaps and detaches, unless kept.
@@ -46,6 +50,7 @@
 #include <linux/debugfs.h>
 #include <linux/delay.h>
 #include <linux/dma-buf.h>
+#include <linux/dma-fence.h>
 #include <linux/dma-mapping.h>
 #include <linux/io.h>
 #include <linux/io-64-nonatomic-lo-hi.h>
@@ -68,6 +73,8 @@ struct importer {
 	struct sg_table *sgt;	/* under the reservation lock */
 	bool lazy;
 	unsigned int invalidations;
+	struct dma_fence *fence;	/* "fence", until signalled */
+	spinlock_t fence_lock;
 };
 
 static struct dentry *dir;
@@ -240,8 +247,55 @@ static void importer_unmap(struct importer *im)
 	dma_resv_unlock(im->buf->resv);
 }
 
+static const char *importer_fence_name(struct dma_fence *f)
+{
+	return "p2pd_importer";
+}
+
+static const struct dma_fence_ops importer_fence_ops = {
+	.get_driver_name = importer_fence_name,
+	.get_timeline_name = importer_fence_name,
+};
+
+static int importer_fence(struct importer *im)
+{
+	struct dma_fence *f;
+	int ret;
+
+	if (!im->att)
+		return -ENOTCONN;
+	if (im->fence)
+		return -EBUSY;
+	f = kzalloc_obj(*f);
+	if (!f)
+		return -ENOMEM;
+	dma_fence_init(f, &importer_fence_ops, &im->fence_lock, dma_fence_context_alloc(1), 1);
+	dma_resv_lock(im->buf->resv, NULL);
+	ret = dma_resv_reserve_fences(im->buf->resv, 1);
+	if (!ret)
+		dma_resv_add_fence(im->buf->resv, f, DMA_RESV_USAGE_WRITE);
+	dma_resv_unlock(im->buf->resv);
+	if (ret) {
+		dma_fence_put(f);
+		return ret;
+	}
+	im->fence = f;
+	return 0;
+}
+
+static int importer_signal(struct importer *im)
+{
+	if (!im->fence)
+		return -ENOENT;
+	dma_fence_signal(im->fence);
+	dma_fence_put(im->fence);
+	im->fence = NULL;
+	return 0;
+}
+
 static void importer_detach(struct importer *im)
 {
+	importer_signal(im);
 	if (!im->att)
 		return;
 	importer_unmap(im);
@@ -427,6 +481,10 @@ static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, lo
 		ret = importer_dma(im, args);
 	else if (!strcmp(verb, "keep"))
 		ret = im->att ? keep(&im->kept, &kept_importers) : -ENOTCONN;
+	else if (!strcmp(verb, "fence"))
+		ret = importer_fence(im);
+	else if (!strcmp(verb, "signal"))
+		ret = importer_signal(im);
 	else
 		ret = -EINVAL;
 	mutex_unlock(&im->lock);
@@ -472,6 +530,7 @@ static int ctl_open(struct inode *inode, struct file *f)
 	if (!im)
 		return -ENOMEM;
 	mutex_init(&im->lock);
+	spin_lock_init(&im->fence_lock);
 	INIT_LIST_HEAD(&im->kept);
 	f->private_data = im;
 	return nonseekable_open(inode, f);

@@ -656,6 +656,71 @@ TEST_F(db, bad_input)
 	munmap(ro_arg, PAGE);
 }
 
+struct freer {
+	int fd;
+	__u64 handle;
+	int ret;
+};
+
+static void *free_main(void *arg)
+{
+	struct freer *f = arg;
+
+	f->ret = do_free(f->fd, f->handle);
+	return NULL;
+}
+
+/*
+ * Memory whose dma-buf carries a fence an importer has not signalled goes
+ * back to the provider only once the fence retired, even when a kernel
+ * consumer of the same memory, told before the dma-buf, reaps on its way
+ * (since ABI 1.14; before, the memory went back while FREE still waited for
+ * the fence, so another ALLOC could get it under the importer's DMA).
+ */
+TEST_F(db, fenced_memory_stays_used_until_the_fence_retires)
+{
+	struct freer f = { .fd = self->fd, .ret = -1 };
+	struct p2pdirect_alloc a;
+	struct tm_state st = { 0 };
+	__u64 before, during;
+	pthread_t t;
+	int peer, buf;
+	void *m;
+
+	before = provider_used_bytes(self->fd, self->gpu.index);
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
+	m = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset);
+	ASSERT_NE(MAP_FAILED, m);
+	peer = open("/sys/kernel/debug/p2pd_importer/peer", O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, peer);
+	/* The consumer subscribes first, the export second. */
+	ASSERT_EQ(0, tm_cmd(peer, "acquire %lx %llx %s", (unsigned long)m, MiB, self->sw));
+	munmap(m, MiB);
+	buf = do_export(self->fd, a.handle, 0, 0, 0);
+	ASSERT_LE(0, buf);
+	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "fence"));
+	f.handle = a.handle;
+	ASSERT_EQ(0, pthread_create(&t, NULL, free_main, &f));
+	/* The consumer was told (and reaped); FREE waits for the fence. */
+	for (int i = 0; i < 500 && st.invalidations == 0; i++) {
+		usleep(10000);
+		ASSERT_EQ(0, tm_state(peer, &st));
+	}
+	EXPECT_EQ(1u, st.invalidations);
+	usleep(200000);
+	during = provider_used_bytes(self->fd, self->gpu.index);
+	EXPECT_EQ(0, tm_cmd(self->ctl, "signal"));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	EXPECT_EQ(0, f.ret);
+	EXPECT_EQ(before + MiB, during) TH_LOG("the memory went back before the fence retired");
+	EXPECT_EQ(before, provider_used_bytes(self->fd, self->gpu.index));
+	EXPECT_EQ(0, tm_cmd(peer, "release"));
+	close(peer);
+	EXPECT_EQ(0, tm_cmd(self->ctl, "detach"));
+	close(buf);
+}
+
 struct unbinder {
 	char bdf[32];
 	int ret;

@@ -349,6 +349,63 @@ TEST_F(ka, free_during_gpu_unbind_returns_once_everyone_is_told)
 }
 
 /*
+ * DEREGISTER gives the pinned bytes back at once, also while a FREE of the
+ * memory is still telling other subscribers (a consumer whose callback
+ * takes 2 s, told first); before ABI 1.14 the registration kept its pins
+ * until the FREE reached it.
+ */
+struct freer {
+	int fd;
+	__u64 handle;
+	int ret;
+};
+
+static void *free_main(void *arg)
+{
+	struct freer *f = arg;
+
+	f->ret = ioctl(f->fd, P2PDIRECT_IOC_FREE, &(struct p2pdirect_free){ .handle = f->handle });
+	return NULL;
+}
+
+TEST_F(ka, deregister_during_a_slow_free_unpins_at_once)
+{
+	struct p2pdirect_register r = { .size = MiB };
+	struct freer f = { .ret = -1 };
+	struct p2pdirect_alloc a;
+	struct tm_state st = { 0 };
+	__u64 before, during;
+	pthread_t t;
+	char *m;
+
+	f.fd = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, f.fd);
+	before = pinned_bytes(self->fd, self->gpu.pci_addr);
+	m = alloc_map(_metadata, f.fd, self->gpu.index, MiB, &a);
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s slow", (unsigned long)m, MiB,
+			    self->sw));
+	r.addr = (uintptr_t)m;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &r));
+	EXPECT_EQ(before + 2 * MiB, pinned_bytes(self->fd, self->gpu.pci_addr));
+	f.handle = a.handle;
+	ASSERT_EQ(0, pthread_create(&t, NULL, free_main, &f));
+	/* The FREE is in the consumer's callback (which counts on entry). */
+	for (int i = 0; i < 500 && st.invalidations == 0; i++) {
+		usleep(10000);
+		ASSERT_EQ(0, tm_state(self->peer, &st));
+	}
+	ASSERT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DEREGISTER, &(struct p2pdirect_reg_id){ .id = r.id }));
+	during = pinned_bytes(self->fd, self->gpu.pci_addr);
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	EXPECT_EQ(0, f.ret);
+	EXPECT_EQ(before + MiB, during) TH_LOG("the registration's pins stayed after DEREGISTER");
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+	munmap(m, MiB);
+	close(f.fd);
+}
+
+/*
  * A consumer module unloaded while it holds a mapped range puts it in its
  * exit: the pins go, and FREE gives the memory back at once.
  */

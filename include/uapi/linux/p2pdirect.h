@@ -78,7 +78,13 @@
  * READ and WRITE alike; a sysfs p2pmem mapping is one region). FREE
  * (or close) racing the removal of the allocation's device returns once the
  * removal has zapped the mappings and told every registration and kernel
- * consumer, as FREE alone does; before, it could return first.
+ * consumer, as FREE alone does; before, it could return first. Revoked
+ * memory goes back to its provider only after the fences of a dma-buf of
+ * it retired, also when a kernel consumer was told before the dma-buf;
+ * before, it could go back while FREE still waited for those fences.
+ * DEREGISTER (and close) drop a registration's pins at once also while a
+ * FREE of its memory is still telling other users; before, the pins and
+ * the quota stayed until that FREE reached the registration.
  *
  * ABI 1.13 (no new command, same structs): errors come in a stated order
  * when several apply (above): ALLOC checks its size and alignment before

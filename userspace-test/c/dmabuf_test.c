@@ -656,20 +656,6 @@ TEST_F(db, bad_input)
 	munmap(ro_arg, PAGE);
 }
 
-struct freer {
-	int fd;
-	__u64 handle;
-	int ret;
-};
-
-static void *free_main(void *arg)
-{
-	struct freer *f = arg;
-
-	f->ret = do_free(f->fd, f->handle);
-	return NULL;
-}
-
 /*
  * Memory whose dma-buf carries a fence an importer has not signalled goes
  * back to the provider only once the fence retired, even when a kernel
@@ -681,7 +667,6 @@ TEST_F(db, fenced_memory_stays_used_until_the_fence_retires)
 {
 	struct freer f = { .fd = self->fd, .ret = -1 };
 	struct p2pdirect_alloc a;
-	struct tm_state st = { 0 };
 	__u64 before, during;
 	pthread_t t;
 	int peer, buf;
@@ -703,11 +688,7 @@ TEST_F(db, fenced_memory_stays_used_until_the_fence_retires)
 	f.handle = a.handle;
 	ASSERT_EQ(0, pthread_create(&t, NULL, free_main, &f));
 	/* The consumer was told (and reaped); FREE waits for the fence. */
-	for (int i = 0; i < 500 && st.invalidations == 0; i++) {
-		usleep(10000);
-		ASSERT_EQ(0, tm_state(peer, &st));
-	}
-	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(1u, tm_wait_invalidation(peer));
 	usleep(200000);
 	during = provider_used_bytes(self->fd, self->gpu.index);
 	EXPECT_EQ(0, tm_cmd(self->ctl, "signal"));

@@ -316,7 +316,6 @@ TEST_F(ka, free_during_gpu_unbind_returns_once_everyone_is_told)
 	struct p2pdirect_reg_id q = { 0 };
 	struct unbind_gpu u = { .ret = -1 };
 	struct p2pdirect_alloc a;
-	struct tm_state st = { 0 };
 	pthread_t t;
 	char *m;
 
@@ -330,11 +329,7 @@ TEST_F(ka, free_during_gpu_unbind_returns_once_everyone_is_told)
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &r));
 	ASSERT_EQ(0, pthread_create(&t, NULL, unbind_gpu_main, &u));
 	/* The removal is in the consumer's callback (which counts on entry). */
-	for (int i = 0; i < 500 && st.invalidations == 0; i++) {
-		usleep(10000);
-		ASSERT_EQ(0, tm_state(self->peer, &st));
-	}
-	ASSERT_EQ(1u, st.invalidations);
+	ASSERT_EQ(1u, tm_wait_invalidation(self->peer));
 	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &(struct p2pdirect_free){ .handle = a.handle }));
 	q.id = r.id;
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REG_QUERY, &q));
@@ -354,26 +349,11 @@ TEST_F(ka, free_during_gpu_unbind_returns_once_everyone_is_told)
  * takes 2 s, told first); before ABI 1.14 the registration kept its pins
  * until the FREE reached it.
  */
-struct freer {
-	int fd;
-	__u64 handle;
-	int ret;
-};
-
-static void *free_main(void *arg)
-{
-	struct freer *f = arg;
-
-	f->ret = ioctl(f->fd, P2PDIRECT_IOC_FREE, &(struct p2pdirect_free){ .handle = f->handle });
-	return NULL;
-}
-
 TEST_F(ka, deregister_during_a_slow_free_unpins_at_once)
 {
 	struct p2pdirect_register r = { .size = MiB };
 	struct freer f = { .ret = -1 };
 	struct p2pdirect_alloc a;
-	struct tm_state st = { 0 };
 	__u64 before, during;
 	pthread_t t;
 	char *m;
@@ -390,11 +370,7 @@ TEST_F(ka, deregister_during_a_slow_free_unpins_at_once)
 	f.handle = a.handle;
 	ASSERT_EQ(0, pthread_create(&t, NULL, free_main, &f));
 	/* The FREE is in the consumer's callback (which counts on entry). */
-	for (int i = 0; i < 500 && st.invalidations == 0; i++) {
-		usleep(10000);
-		ASSERT_EQ(0, tm_state(self->peer, &st));
-	}
-	ASSERT_EQ(1u, st.invalidations);
+	ASSERT_EQ(1u, tm_wait_invalidation(self->peer));
 	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DEREGISTER, &(struct p2pdirect_reg_id){ .id = r.id }));
 	during = pinned_bytes(self->fd, self->gpu.pci_addr);
 	ASSERT_EQ(0, pthread_join(t, NULL));

@@ -184,6 +184,21 @@ static inline int last_gpu(int fd, struct p2pdirect_provider_info *g)
 	return found;
 }
 
+/* FREE of @handle on @fd from another thread (pthread_create's start). */
+struct freer {
+	int fd;
+	__u64 handle;
+	int ret;		/* 0 or -1 (errno in the thread) */
+};
+
+static inline void *free_main(void *arg)
+{
+	struct freer *f = arg;
+
+	f->ret = ioctl(f->fd, P2PDIRECT_IOC_FREE, &(struct p2pdirect_free){ .handle = f->handle });
+	return NULL;
+}
+
 /* STATS' pinned_bytes of the provider at PCI address @addr (0: no row). */
 static inline __u64 pinned_bytes(int fd, __u32 addr)
 {

@@ -68,6 +68,22 @@ static inline int tm_state(int fd, struct tm_state *st)
  * The test's files of the modules must be closed already. 0, or -1 with a
  * line on stderr.
  */
+/*
+ * Waits up to 5 s for the consumer of @fd (p2pd_importer/peer) to count an
+ * invalidation (its callback counts on entry); the count, 0 if none came.
+ */
+static inline unsigned int tm_wait_invalidation(int fd)
+{
+	struct tm_state st = { 0 };
+
+	for (int i = 0; i < 500 && !st.invalidations; i++) {
+		usleep(10000);
+		if (tm_state(fd, &st))
+			return 0;
+	}
+	return st.invalidations;
+}
+
 static inline int tm_restore(int kept, const char *unbound)
 {
 	char path[96];

@@ -254,9 +254,10 @@ struct p2pdirect_list_providers {
  * A mapping is one VMA: a range that spans two (an mprotect or madvise of
  * part of the mapping splits it) is refused by REGISTER, DMA_PROBE, READ
  * and WRITE with -EFAULT, as one that runs out of the mapping. fork() does
- * not pass the mapping to the child (VM_DONTCOPY), unless the caller undid
- * that with MADV_DOFORK: the child then shares the same memory, and holds
- * the /dev/p2pdirect file (so its allocations) until it unmaps.
+ * not pass the mapping to the child (VM_DONTCOPY), and MADV_DOFORK cannot
+ * undo that (-EINVAL: the kernel's rule for special mappings, VM_MIXEDMAP).
+ * Before, this comment said a child given the mapping by MADV_DOFORK would
+ * share the memory: no child can have it.
  *
  * Errors: -EINVAL size 0, alignment not a power of two, flags set;
  * -ENOMEM not enough free memory on the provider (or a size larger than

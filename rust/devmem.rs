@@ -521,7 +521,8 @@ pub(crate) struct AllocState {
 
 /// Keeps an allocation's memory from being reused after revocation, for a
 /// user that does not reference its pages (a dma-buf mapping: importers DMA
-/// to the physical range). Dropping it lets the memory go.
+/// to the physical range; a revocation until it told every subscriber).
+/// Dropping it lets the memory go.
 pub(crate) struct Hold(Arc<AllocState>);
 
 impl Drop for Hold {

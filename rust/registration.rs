@@ -233,17 +233,19 @@ pub(crate) fn register(
         entry.invalidate();
         crate::devmem::reap();
     })?;
-    // Not in the index: the pin goes with `entry`.
-    index
-        .insert(id, entry.clone())
-        .inspect_err(|_| entry.unsubscribe())?;
+    // Not in the index: the pin goes now.
+    index.insert(id, entry.clone()).inspect_err(|_| {
+        entry.unsubscribe();
+        entry.invalidate();
+        crate::devmem::reap();
+    })?;
     regs.list.push_within_capacity(entry).map_err(|_| ENOMEM)?;
     Ok((id, client))
 }
 
 /// A registration DEREGISTER took out of its file, still held by I/O that
 /// found it just before (until an RCU grace period passes): dropped with
-/// no lock held, it waits for that and lets go of the pins.
+/// no lock held, it lets go of the pins, then waits for that.
 pub(crate) struct Deregistered {
     retired: Option<Retired<RegEntry>>,
     entry: Option<Arc<RegEntry>>,
@@ -251,7 +253,14 @@ pub(crate) struct Deregistered {
 
 impl Drop for Deregistered {
     fn drop(&mut self) {
-        // The grace period first: then no lookup holds it but running I/O.
+        // Its pins and its share of the quota go first, with no lock held,
+        // also where a revocation under way took the subscriber list and
+        // has yet to reach it (behind another subscriber's fence wait or
+        // callback). An I/O that found it before gets ESTALE from here on.
+        if let Some(entry) = self.entry.as_ref() {
+            entry.invalidate();
+        }
+        // Then the grace period: then no lookup holds it but running I/O.
         drop(self.retired.take());
         drop(self.entry.take());
         // Memory freed while registered may wait for this pin only.
@@ -270,13 +279,8 @@ pub(crate) fn deregister(
     let entry = regs.list.remove(i).map_err(|_| ENOENT)?;
     let retired = index.remove(id);
     entry.unsubscribe();
-    let state = entry.state();
-    // Its pins and its share of the quota go now, also where a revocation
-    // under way took the subscriber list and has yet to reach it (behind
-    // another subscriber's fence wait or callback).
-    entry.invalidate();
     Ok((
-        state,
+        entry.state(),
         Deregistered {
             retired,
             entry: Some(entry),

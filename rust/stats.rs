@@ -206,17 +206,16 @@ impl Row {
         self.p2p.fetch_add(c.p2p, Relaxed);
         self.bounced.fetch_add(c.bounced, Relaxed);
         self.zeroed.fetch_add(c.zeroed, Relaxed);
-        // The sum and the count always (a concurrent I/O may have added
-        // to one after the reset took the other); the extremes only with
-        // samples behind them (minimum 0: another reset took it first).
+        // Every field on its own: a concurrent I/O may have added to some
+        // after the reset took others (its count 0, its sum and extremes
+        // not). A minimum of 0 is none (another reset took it first), and
+        // a maximum of 0 raises nothing.
         self.lat_sum_ns.fetch_add(c.lat_sum_ns, Relaxed);
         self.lat_n.fetch_add(c.lat_n, Relaxed);
-        if c.lat_n != 0 {
-            if c.lat_min_ns != 0 {
-                lower(&self.lat_min_ns, c.lat_min_ns);
-            }
-            raise(&self.lat_max_ns, c.lat_max_ns);
+        if c.lat_min_ns != 0 {
+            lower(&self.lat_min_ns, c.lat_min_ns);
         }
+        raise(&self.lat_max_ns, c.lat_max_ns);
     }
 }
 
@@ -541,6 +540,26 @@ mod tests {
         };
         t.put_back(&[(Key::Block(3), half)]);
         assert_eq!(rows(&t)[0].1.lat_min_ns, 30);
+    }
+
+    #[test]
+    fn a_reset_between_an_ios_fields_loses_none_of_them() {
+        // A reset took the count before an I/O added to it, and the sum
+        // and extremes after: put back, all of that I/O is there.
+        let t = Table::<4>::new();
+        let k = [Some(Key::Block(5)), None];
+        t.add(&k, &io(false, true, 4096, 40));
+        let torn = Counters {
+            lat_n: 0,
+            lat_sum_ns: 40,
+            lat_min_ns: 40,
+            lat_max_ns: 40,
+            ..Counters::default()
+        };
+        t.put_back(&[(Key::Block(5), torn)]);
+        let c = rows(&t)[0].1;
+        assert_eq!((c.lat_min_ns, c.lat_max_ns), (40, 40));
+        assert_eq!(c.lat_sum_ns, 80);
     }
 
     #[test]

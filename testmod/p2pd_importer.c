@@ -73,8 +73,7 @@ struct importer {
 	struct sg_table *sgt;	/* under the reservation lock */
 	bool lazy;
 	unsigned int invalidations;
-	struct dma_fence *fence;	/* "fence", until signalled */
-	spinlock_t fence_lock;
+	struct dma_fence *fence;	/* "fence", until signalled (xchg) */
 };
 
 static struct dentry *dir;
@@ -264,12 +263,13 @@ static int importer_fence(struct importer *im)
 
 	if (!im->att)
 		return -ENOTCONN;
-	if (im->fence)
+	if (READ_ONCE(im->fence))
 		return -EBUSY;
 	f = kzalloc_obj(*f);
 	if (!f)
 		return -ENOMEM;
-	dma_fence_init(f, &importer_fence_ops, &im->fence_lock, dma_fence_context_alloc(1), 1);
+	/* The fence's own lock: the fence may outlive the importer. */
+	dma_fence_init(f, &importer_fence_ops, NULL, dma_fence_context_alloc(1), 1);
 	dma_resv_lock(im->buf->resv, NULL);
 	ret = dma_resv_reserve_fences(im->buf->resv, 1);
 	if (!ret)
@@ -279,17 +279,23 @@ static int importer_fence(struct importer *im)
 		dma_fence_put(f);
 		return ret;
 	}
-	im->fence = f;
+	WRITE_ONCE(im->fence, f);
 	return 0;
 }
 
+/*
+ * Takes no lock: a FREE waiting for the fence holds the buffer's
+ * reservation lock, which a read of the file may be waiting for under
+ * im->lock.
+ */
 static int importer_signal(struct importer *im)
 {
-	if (!im->fence)
+	struct dma_fence *f = xchg(&im->fence, NULL);
+
+	if (!f)
 		return -ENOENT;
-	dma_fence_signal(im->fence);
-	dma_fence_put(im->fence);
-	im->fence = NULL;
+	dma_fence_signal(f);
+	dma_fence_put(f);
 	return 0;
 }
 
@@ -468,6 +474,10 @@ static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, lo
 	ret = read_cmd(ubuf, len, cmd, sizeof(cmd), &verb, &args);
 	if (ret)
 		return ret;
+	if (!strcmp(verb, "signal")) {
+		ret = importer_signal(im);
+		return ret ? ret : len;
+	}
 	mutex_lock(&im->lock);
 	if (!strcmp(verb, "attach") && args)
 		ret = importer_attach(im, args);
@@ -483,8 +493,6 @@ static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, lo
 		ret = im->att ? keep(&im->kept, &kept_importers) : -ENOTCONN;
 	else if (!strcmp(verb, "fence"))
 		ret = importer_fence(im);
-	else if (!strcmp(verb, "signal"))
-		ret = importer_signal(im);
 	else
 		ret = -EINVAL;
 	mutex_unlock(&im->lock);
@@ -530,7 +538,6 @@ static int ctl_open(struct inode *inode, struct file *f)
 	if (!im)
 		return -ENOMEM;
 	mutex_init(&im->lock);
-	spin_lock_init(&im->fence_lock);
 	INIT_LIST_HEAD(&im->kept);
 	f->private_data = im;
 	return nonseekable_open(inode, f);

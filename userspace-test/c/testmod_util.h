@@ -61,14 +61,6 @@ static inline int tm_state(int fd, struct tm_state *st)
 }
 
 /*
- * What a fixture's teardown puts back, whatever the test did or where it
- * failed: with @kept (the test handed p2pd_importer.ko an importer or
- * consumer) the module is unloaded, which releases it; both test modules
- * are loaded; the GPU @unbound (a PCI address, or "") is bound to p2pdirect.
- * The test's files of the modules must be closed already. 0, or -1 with a
- * line on stderr.
- */
-/*
  * Waits up to 5 s for the consumer of @fd (p2pd_importer/peer) to count an
  * invalidation (its callback counts on entry); the count, 0 if none came.
  */
@@ -84,6 +76,14 @@ static inline unsigned int tm_wait_invalidation(int fd)
 	return st.invalidations;
 }
 
+/*
+ * What a fixture's teardown puts back, whatever the test did or where it
+ * failed: with @kept (the test handed p2pd_importer.ko an importer or
+ * consumer) the module is unloaded, which releases it; both test modules
+ * are loaded; the GPU @unbound (a PCI address, or "") is bound to p2pdirect.
+ * The test's files of the modules must be closed already. 0, or -1 with a
+ * line on stderr.
+ */
 static inline int tm_restore(int kept, const char *unbound)
 {
 	char path[96];

@@ -29,6 +29,7 @@ use crate::{
     stats::Pinned,
     sys::rcu_map::{RcuMap, Retired},
 };
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
     new_mutex, new_spinlock,
     prelude::*,
@@ -46,6 +47,9 @@ pub(crate) struct RegEntry {
     pub(crate) client: u32,
     /// Pinned for devices to write into (`P2PDIRECT_REG_WRITE`).
     pub(crate) write: bool,
+    /// Taken out of its file by DEREGISTER: an I/O that found it just
+    /// before and finds its pins gone gets `ENOENT`, as if it came later.
+    deregistered: AtomicBool,
     /// The p2pdirect allocation the range lies in, if it is p2pdirect's memory.
     state: Option<Arc<AllocState>>,
     /// Whether it watches another provider's driver (its memory's).
@@ -216,6 +220,7 @@ pub(crate) fn register(
             write,
             state: entry_state,
             foreign: foreign.is_some(),
+            deregistered: AtomicBool::new(false),
             claim <- new_mutex!(Some((claim, pinned, charge))),
             io <- new_spinlock!(Some(io)),
         }),
@@ -278,6 +283,7 @@ pub(crate) fn deregister(
     let i = regs.list.iter().position(|r| r.id == id).ok_or(ENOENT)?;
     let entry = regs.list.remove(i).map_err(|_| ENOENT)?;
     let retired = index.remove(id);
+    entry.deregistered.store(true, Ordering::Release);
     entry.unsubscribe();
     Ok((
         entry.state(),
@@ -297,7 +303,17 @@ pub(crate) fn io_pages(
     check: &dyn Fn(&RegEntry) -> Result,
 ) -> Result<ffi::Pages> {
     index
-        .with(id, |r| check(r).and_then(|()| r.pages()))
+        .with(id, |r| {
+            check(r).and_then(|()| {
+                r.pages().map_err(|e| {
+                    if r.deregistered.load(Ordering::Acquire) {
+                        ENOENT
+                    } else {
+                        e
+                    }
+                })
+            })
+        })
         .unwrap_or(Err(ENOENT))
 }
 

@@ -551,9 +551,10 @@ struct p2pdirect_reg_id {
  * not device memory (no peer-memory client claims it: RAM, for one);
  * -EFAULT the range runs past the end of its device-memory mapping, spans
  * two mappings, or is not mapped; -EDQUOT the range would pin more than
- * max_pinned_mib; -ENOENT no such registration; -ERANGE the range runs past the end
- * of the registration; -ESTALE the registration was invalidated (its memory
- * went away, or a DEREGISTER of it raced the I/O); -EPERM READ into a registration made without
+ * max_pinned_mib; -ENOENT no such registration (also for an I/O that a
+ * DEREGISTER of it raced, where the I/O did not go ahead); -ERANGE the
+ * range runs past the end of the registration; -ESTALE the registration
+ * was invalidated (its memory went away); -EPERM READ into a registration made without
  * P2PDIRECT_REG_WRITE; -EREMOTEIO the block device's DMA device cannot reach
  * the memory and COMPAT is not set; -ENOSPC WRITE past the end of a block
  * device; -EPERM WRITE to a read-only block device (write(2)'s errno; ABI

@@ -228,7 +228,7 @@ pub(crate) fn register(
     )?;
     regs.list.reserve(1, GFP_KERNEL)?;
     // Freed, or its driver unbinding, between the lookup and now: the pin
-    // goes with `entry`.
+    // goes at once.
     let subscribed = match (state, foreign) {
         (Some(state), _) => state.subscribe(entry.clone()),
         (None, Some(provider)) => crate::peer_clients::watch(provider, entry.clone()),
@@ -261,7 +261,8 @@ impl Drop for Deregistered {
         // Its pins and its share of the quota go first, with no lock held,
         // also where a revocation under way took the subscriber list and
         // has yet to reach it (behind another subscriber's fence wait or
-        // callback). An I/O that found it before gets ESTALE from here on.
+        // callback). An I/O that found it before gets ENOENT from here on
+        // (`deregistered`).
         if let Some(entry) = self.entry.as_ref() {
             entry.invalidate();
         }

@@ -36,7 +36,7 @@
 //! taken before `AllocState::inner` (page faults), never inside it.
 
 use crate::{
-    ffi::{self, FileMapping, P2pMem, PciFunction},
+    ffi::{self, FileMapping, HeldPages, P2pMem, PciFunction},
     range_alloc::RangeAllocator,
     sys::{
         pci_p2pdma::P2pProvider,
@@ -467,18 +467,44 @@ pub(crate) trait Consumer: Send + Sync {
 
 /// Where an allocation's memory is.
 enum Backing {
-    /// Bytes `start..start + size` of the provider's BAR memory.
-    Bar { mem: Arc<P2pMem>, start: usize },
-    /// Memory taken from the owner's pool for this allocation, used from
-    /// `skip` on (alignment).
-    Published { own: P2pMem, skip: usize },
+    /// The allocation's pages of the provider's BAR memory.
+    Bar { mem: Arc<P2pMem>, held: HeldPages },
+    /// Memory taken from the owner's pool for this allocation, whose pages
+    /// from `held`'s offset on (alignment) are the allocation's.
+    Published { own: P2pMem, held: HeldPages },
+}
+
+/// What a released [`Backing`] leaves to give back to its provider.
+enum Released {
+    /// The range of the BAR starting there.
+    Range(usize),
+    /// The memory taken from the owner's pool (freed when dropped).
+    Pool { _own: P2pMem },
 }
 
 impl Backing {
     fn mem(&self) -> (&P2pMem, usize) {
         match self {
-            Backing::Bar { mem, start } => (mem, *start),
-            Backing::Published { own, skip } => (own, *skip),
+            Backing::Bar { mem, held } => (mem, held.offset()),
+            Backing::Published { own, held } => (own, held.offset()),
+        }
+    }
+
+    /// Lets go of the pages if nothing but p2pdirect references them;
+    /// hands the backing back otherwise.
+    fn release(self) -> core::result::Result<Released, Self> {
+        match self {
+            Backing::Bar { mem, held } => {
+                let start = held.offset();
+                match mem.try_release(held) {
+                    Ok(()) => Ok(Released::Range(start)),
+                    Err(held) => Err(Backing::Bar { mem, held }),
+                }
+            }
+            Backing::Published { own, held } => match own.try_release(held) {
+                Ok(()) => Ok(Released::Pool { _own: own }),
+                Err(held) => Err(Backing::Published { own, held }),
+            },
         }
     }
 }
@@ -687,27 +713,27 @@ impl AllocState {
     /// Gives the memory back if nothing but p2pdirect references its pages.
     fn try_reap(&self) -> bool {
         let mut inner = self.inner.lock();
-        let Some(dead) = inner.dead.as_ref() else {
+        let Some(dead) = inner.dead.take() else {
             return inner.live.is_none();
         };
         if self.holds.load(Acquire) != 0 {
+            inner.dead = Some(dead);
             return false;
         }
-        let (mem, start) = dead.mem();
-        if mem.try_release(start, self.size as usize).is_err() {
-            return false;
-        }
-        let dead = inner.dead.take();
+        let released = match dead.release() {
+            Ok(r) => r,
+            Err(dead) => {
+                inner.dead = Some(dead);
+                return false;
+            }
+        };
         drop(inner);
         let mut p = self.provider.inner.lock();
-        match dead {
-            Some(Backing::Bar { start, .. }) => {
-                let _ = p.ranges.free(start as u64);
+        match &released {
+            Released::Range(start) => {
+                let _ = p.ranges.free(*start as u64);
             }
-            Some(Backing::Published { .. }) => {
-                p.published_used = p.published_used.saturating_sub(self.size)
-            }
-            None => {}
+            Released::Pool { .. } => p.published_used = p.published_used.saturating_sub(self.size),
         }
         p.allocs.retain(|s| !core::ptr::eq(&**s, self));
         drop(p);
@@ -811,12 +837,15 @@ impl Allocation {
                 let start = inner.ranges.alloc(size, align, ())?;
                 // Bounded by the BAR size, which is a usize.
                 let (s, l) = (start as usize, size as usize);
-                if let Err(e) = mem.hold(s, l) {
-                    let _ = inner.ranges.free(start);
-                    return Err(e);
-                }
+                let held = match mem.try_hold(s, l) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let _ = inner.ranges.free(start);
+                        return Err(e);
+                    }
+                };
                 let bus = mem.bus_addr(s);
-                (Backing::Bar { mem, start: s }, bus, start)
+                (Backing::Bar { mem, held }, bus, start)
             }
             Kind::Published => {
                 if !provider.pdev.has_published_p2pmem() || provider.inner.lock().gone {
@@ -830,11 +859,11 @@ impl Allocation {
                 let own = P2pMem::alloc(provider.pdev.aref(), total)?;
                 let first = own.bus_addr(0);
                 let skip = (first.next_multiple_of(align) - first) as usize;
-                own.hold(skip, size as usize)?;
+                let held = own.try_hold(skip, size as usize)?;
                 let bus = first + skip as u64;
                 provider.inner.lock().published_used += size;
                 (
-                    Backing::Published { own, skip },
+                    Backing::Published { own, held },
                     bus,
                     bus - provider.bus_addr,
                 )
@@ -952,14 +981,18 @@ pub(crate) fn seal_mapping(vma: &VmaNew) {
 
 /// Gives back the memory of an ALLOC that failed after taking it.
 fn undo(provider: &Provider, backing: Backing, size: u64) {
-    let (mem, start) = backing.mem();
-    let _ = mem.try_release(start, size as usize);
+    // Nothing was given the memory yet, so nothing else references it; if
+    // something did, its BAR range stays taken (never handed out twice).
+    let released = backing.release();
     let mut p = provider.inner.lock();
-    match backing {
-        Backing::Bar { start, .. } => {
+    match released {
+        Ok(Released::Range(start)) => {
             let _ = p.ranges.free(start as u64);
         }
-        Backing::Published { .. } => p.published_used = p.published_used.saturating_sub(size),
+        Ok(Released::Pool { .. }) | Err(Backing::Published { .. }) => {
+            p.published_used = p.published_used.saturating_sub(size)
+        }
+        Err(Backing::Bar { .. }) => {}
     }
 }
 

@@ -62,8 +62,11 @@ macro_rules! global_mutex {
             // has a `Default`, so `take` does not fit every invocation.
             #[allow(clippy::mem_replace_with_default, clippy::mem_replace_option_with_none)]
             fn drop(&mut self) {
-                // Statics are never dropped: free the value's buffers here.
-                drop(core::mem::replace(&mut *$name.lock(), $init));
+                // Statics are never dropped: free the value's buffers here,
+                // after the lock is let go (a value's destructor may take
+                // it again, as a graveyard's entries reaping do).
+                let old = core::mem::replace(&mut *$name.lock(), $init);
+                drop(old);
             }
         }
     };

@@ -14,17 +14,35 @@ use kernel::{ffi::c_void, page::PAGE_SIZE};
 
 use super::c;
 
-/// Sets the owner's reference on every page of `[kaddr, kaddr + len)`.
+/// Takes the owner's reference on every page of `[kaddr, kaddr + len)` if
+/// nothing references any of them (false, with nothing changed, otherwise).
+/// Each count goes from 0 to 1 atomically, so a page someone else holds (a
+/// range held twice) is never taken over.
 ///
 /// # Safety
 ///
-/// The range is whole pages of device memory the caller owns, which nothing
-/// references yet.
-pub(crate) unsafe fn hold(kaddr: *mut c_void, len: usize) {
+/// The range is whole pages of device memory the caller owns.
+pub(crate) unsafe fn try_hold(kaddr: *mut c_void, len: usize) -> bool {
+    let page = |off: usize| {
+        // SAFETY: `off` lies in the caller's range.
+        unsafe { c::p2pdirect_virt_to_page(kaddr.byte_add(off)) }
+    };
     for off in (0..len).step_by(PAGE_SIZE) {
-        // SAFETY: a page of the caller's range (caller's contract).
-        unsafe { c::p2pdirect_page_ref_set(c::p2pdirect_virt_to_page(kaddr.byte_add(off)), 1) };
+        // SAFETY: a page of the caller's range.
+        if !unsafe { c::p2pdirect_page_ref_claim(page(off)) } {
+            for back in (0..off).step_by(PAGE_SIZE) {
+                // SAFETY: claimed by this loop just before. The count goes
+                // back from 1 to 0 atomically; a page a lockless lookup
+                // still grabbed meanwhile keeps its reference, and ours
+                // with it (a page that stays taken, never one freed twice).
+                if !unsafe { c::p2pdirect_page_ref_freeze(page(back), 1) } {
+                    kernel::pr_warn!("a page stays held: a late reference raced its release\n");
+                }
+            }
+            return false;
+        }
     }
+    true
 }
 
 /// Drops the owner's reference on every page of `[kaddr, kaddr + len)` if
@@ -34,7 +52,7 @@ pub(crate) unsafe fn hold(kaddr: *mut c_void, len: usize) {
 ///
 /// # Safety
 ///
-/// The range was passed to [`hold`] and not released since.
+/// The range was held by [`try_hold`] and not released since.
 pub(crate) unsafe fn try_release(kaddr: *mut c_void, len: usize) -> bool {
     let page = |off: usize| {
         // SAFETY: `off` lies in the caller's held range.

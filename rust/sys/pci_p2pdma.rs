@@ -6,7 +6,10 @@
 //!
 //! C header: [`include/linux/pci-p2pdma.h`](srctree/include/linux/pci-p2pdma.h)
 
-use core::ptr::NonNull;
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
+};
 use kernel::{
     bindings, device::Core, error::to_result, ffi::c_void, page::PAGE_SIZE, pci, prelude::*,
     sync::aref::ARef,
@@ -293,12 +296,42 @@ pub(crate) fn bar_of_bus_addr(dev: &pci::Device, bus: u64) -> Option<(u32, u64, 
 /// # Invariants
 ///
 /// `kaddr..kaddr + size` was returned by `pci_alloc_p2pmem(pdev, size)` and
-/// is freed only by `Drop`; `size` is a non-zero multiple of `PAGE_SIZE`.
+/// is freed only by `Drop`, and only once no [`HeldPages`] of it is left
+/// (`held` counts them); `size` is a non-zero multiple of `PAGE_SIZE`;
+/// `serial` names this allocation alone among all of them.
 pub(crate) struct P2pMem {
     pdev: ARef<pci::Device>,
     kaddr: NonNull<u8>,
     size: usize,
+    serial: u64,
+    held: AtomicUsize,
 }
+
+/// The owner's reference on each page of one range of a [`P2pMem`]: taken
+/// by [`P2pMem::try_hold`], given back only by [`P2pMem::try_release`].
+/// Dropping it keeps the pages taken (and the memory with them: a leak,
+/// never a page freed under its user).
+///
+/// # Invariants
+///
+/// Each page of `off..off + len` of the `P2pMem` whose serial is `owner`
+/// holds one reference for this value alone, and `len` is a non-zero
+/// multiple of `PAGE_SIZE`.
+pub(crate) struct HeldPages {
+    owner: u64,
+    off: usize,
+    len: usize,
+}
+
+impl HeldPages {
+    /// Where the range starts in its memory.
+    pub(crate) fn offset(&self) -> usize {
+        self.off
+    }
+}
+
+/// Names each [`P2pMem`] for its [`HeldPages`].
+static SERIAL: AtomicU64 = AtomicU64::new(1);
 
 // SAFETY: the memory is device memory addressed by kernel virtual address;
 // the methods take explicit ranges and the owner serialises their use.
@@ -315,14 +348,23 @@ impl P2pMem {
         // SAFETY: `pdev` is valid; a null return means no memory.
         let raw_mem = unsafe { bindings::pci_alloc_p2pmem(raw(&pdev), size) };
         let kaddr = NonNull::new(raw_mem.cast::<u8>()).ok_or(ENOMEM)?;
-        // INVARIANT: just allocated from the pool with this size.
-        Ok(Self { pdev, kaddr, size })
+        // INVARIANT: just allocated from the pool with this size; the
+        // serial is new (a 64-bit count never wraps).
+        Ok(Self {
+            pdev,
+            kaddr,
+            size,
+            serial: SERIAL.fetch_add(1, Relaxed),
+            held: AtomicUsize::new(0),
+        })
     }
 
     /// The kernel address of bytes `off..off + len`, whole pages inside the
     /// allocation; `EINVAL` otherwise.
     pub(crate) fn range(&self, off: usize, len: usize) -> Result<*mut c_void> {
-        let end = off.checked_add(len).ok_or(EINVAL)?;
+        // An empty range is still the place of one page: `off` itself must
+        // lie inside.
+        let end = off.checked_add(len.max(1)).ok_or(EINVAL)?;
         if end > self.size || off % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
@@ -354,23 +396,47 @@ impl P2pMem {
         Some(page + (off % PAGE_SIZE) as u64)
     }
 
-    /// Takes the owner's reference on the pages of a new range of the
-    /// allocation (see [`super::page_ref`]).
-    pub(crate) fn hold(&self, off: usize, len: usize) -> Result {
+    /// Takes the owner's reference on the pages of a range of the allocation
+    /// (see [`super::page_ref`]); `EBUSY` if any of them is referenced
+    /// already (a range held twice, or one still mapped), `EINVAL` for a
+    /// range that is empty or not whole pages inside.
+    pub(crate) fn try_hold(&self, off: usize, len: usize) -> Result<HeldPages> {
+        if len == 0 {
+            return Err(EINVAL);
+        }
         let p = self.range(off, len)?;
-        // SAFETY: the range is this allocation's, newly carved, unreferenced.
-        unsafe { page_ref::hold(p, len) };
-        Ok(())
-    }
-
-    /// Drops the owner's reference on a range's pages if nothing else (a
-    /// mapping, a pin) references them; `EBUSY` otherwise.
-    pub(crate) fn try_release(&self, off: usize, len: usize) -> Result {
-        let p = self.range(off, len)?;
-        // SAFETY: the range was passed to `hold` and is not yet released.
-        if !unsafe { page_ref::try_release(p, len) } {
+        // SAFETY: the range is whole pages of this allocation (checked).
+        if !unsafe { page_ref::try_hold(p, len) } {
             return Err(EBUSY);
         }
+        self.held.fetch_add(1, Relaxed);
+        // INVARIANT: each page went from no reference to this one.
+        Ok(HeldPages {
+            owner: self.serial,
+            off,
+            len,
+        })
+    }
+
+    /// Gives back the owner's reference on the pages of `held` if nothing
+    /// else (a mapping, a pin) references them; otherwise, or if `held` is
+    /// another allocation's, hands `held` back unchanged.
+    pub(crate) fn try_release(&self, held: HeldPages) -> core::result::Result<(), HeldPages> {
+        if held.owner != self.serial {
+            return Err(held);
+        }
+        // By the invariants `held` is a non-empty range of whole pages of
+        // this allocation.
+        let Ok(p) = self.range(held.off, held.len) else {
+            return Err(held);
+        };
+        // SAFETY: by `held`'s invariant, its pages hold its reference and
+        // nothing else has released it (it is given back only here, which
+        // consumes `held`).
+        if !unsafe { page_ref::try_release(p, held.len) } {
+            return Err(held);
+        }
+        self.held.fetch_sub(1, Relaxed);
         Ok(())
     }
 
@@ -449,9 +515,19 @@ impl P2pProvider {
 
 impl Drop for P2pMem {
     fn drop(&mut self) {
+        let held = *self.held.get_mut();
+        if held != 0 {
+            // Pages still held may still be mapped or pinned: the memory
+            // stays taken (the owner's teardown then waits for it).
+            pr_err!(
+                "{} bytes of P2PDMA memory stay taken: {} ranges of it are still held\n",
+                self.size,
+                held
+            );
+            return;
+        }
         // SAFETY: by the type invariant this is the allocation's one free,
-        // with the size it was allocated with; the owner released every
-        // page reference first.
+        // with the size it was allocated with, and no page of it is held.
         unsafe {
             bindings::pci_free_p2pmem(raw(&self.pdev), self.kaddr.as_ptr().cast(), self.size)
         };

@@ -35,6 +35,7 @@ const fmode_t P2PDIRECT_FMODE_READ = FMODE_READ;
 const fmode_t P2PDIRECT_FMODE_WRITE = FMODE_WRITE;
 const fmode_t P2PDIRECT_FMODE_NOWAIT = FMODE_NOWAIT;
 const int P2PDIRECT_IOCB_NOWAIT = IOCB_NOWAIT;
+const int P2PDIRECT_IOCB_DIRECT = IOCB_DIRECT;
 const vm_flags_t P2PDIRECT_VM_MAYSHARE = VM_MAYSHARE;
 const blk_features_t P2PDIRECT_BLK_FEAT_PCI_P2PDMA = BLK_FEAT_PCI_P2PDMA;
 const unsigned int P2PDIRECT_IOU_F_TWQ_LAZY_WAKE = IOU_F_TWQ_LAZY_WAKE;
@@ -94,15 +95,24 @@ struct page *p2pdirect_virt_to_page(void *kaddr)
 	return virt_to_page(kaddr);
 }
 
+void *p2pdirect_page_address(struct page *page)
+{
+	return page_address(page);
+}
+
 void p2pdirect_sg_set_page(struct scatterlist *sg, struct page *page, unsigned int len,
 			   unsigned int offset)
 {
 	sg_set_page(sg, page, len, offset);
 }
 
-void p2pdirect_page_ref_set(struct page *page, int v)
+/*
+ * Takes the first reference on a page nobody references (0 -> 1 atomically):
+ * false, with nothing changed, if the page is referenced already.
+ */
+bool p2pdirect_page_ref_claim(struct page *page)
 {
-	set_page_count(page, v);
+	return atomic_cmpxchg(&page->_refcount, 0, 1) == 0;
 }
 
 bool p2pdirect_page_ref_freeze(struct page *page, int count)

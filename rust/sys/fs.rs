@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Direct I/O of a file into or out of pages a driver holds, through the
-//! file system: a kiocb over a bvec iterator, given to the file's
+//! file system: a kiocb over a kernel-address (kvec) iterator, given to the file's
 //! `read_iter`/`write_iter` (`vfs_iocb_iter_read/write`: the checks and
 //! hooks of read(2)/write(2) included).
 //!
@@ -16,7 +16,7 @@ use core::{
     mem::offset_of,
     sync::atomic::{AtomicU8, Ordering},
 };
-use kernel::{bindings, fs::File, page::PAGE_SIZE, prelude::*, types::Opaque};
+use kernel::{bindings, fs::File, prelude::*, types::Opaque};
 
 use super::bio::{BioPages, DropInAnyContext};
 
@@ -46,6 +46,10 @@ unsafe fn kiocb_init(
     // fields set afterwards are plain ones of the initialised kiocb.
     unsafe {
         helpers::p2pdirect_init_sync_kiocb(k, file);
+        // Direct whatever the file's flags say now: the caller checked
+        // `O_DIRECT` before, and an fcntl(F_SETFL) since must not turn the
+        // I/O into CPU copies through the page cache.
+        (*k).ki_flags |= helpers::P2PDIRECT_IOCB_DIRECT;
         (*k).ki_pos = pos;
         (*k).ki_complete = complete;
         if nowait {
@@ -55,45 +59,60 @@ unsafe fn kiocb_init(
     true
 }
 
-/// The bvecs of bytes `[off, off + len)` of `pages`, one per page touched.
+/// The kernel addresses of bytes `[off, off + len)` of `pages`, one segment
+/// per vector the block layer would take (a run of contiguous pages of one
+/// `dev_pagemap`).
+///
+/// The file system gets the pages through the block layer's own extraction
+/// (`bio_iov_iter_get_pages()`), which marks a bio of P2PDMA pages
+/// unmergeable and never mixes `dev_pagemap`s in one bio. A bvec iterator's
+/// pages would go into the bios as they are, with no such mark: another
+/// bio (host memory, say) could then merge into the request, whose
+/// segments the driver DMA-maps all by the kind of its first
+/// (`blk_rq_dma_map_iter_start()`).
 ///
 /// # Invariants
 ///
-/// The bvecs cover exactly `len` bytes of pages the caller's `pages` hold;
-/// they are only used while those are held.
-struct Bvecs {
-    v: KVVec<bindings::bio_vec>,
+/// The segments cover exactly `len` bytes of pages the caller's `pages`
+/// hold, in the kernel's linear map; they are only used while those are
+/// held.
+struct Kvecs {
+    v: KVVec<bindings::kvec>,
     len: u64,
 }
 
-impl Bvecs {
+impl Kvecs {
     fn new<P: BioPages>(pages: &P, off: u64, len: u64) -> Result<Self> {
         let end = off.checked_add(len).ok_or(EINVAL)?;
         if len == 0 || end > pages.len() {
             return Err(EINVAL);
         }
-        let page = PAGE_SIZE as u64;
-        let n = usize::try_from(len.div_ceil(page) + 1).map_err(|_| EINVAL)?;
-        let mut v = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let mut v = KVVec::new();
         let mut done = 0u64;
         while done < len {
-            let (p, in_page) = pages.page_at(off + done).ok_or(EINVAL)?;
-            let l = (page - u64::from(in_page)).min(len - done);
+            let (p, in_page, n) = pages.vector(off + done, len - done).ok_or(EINVAL)?;
+            // SAFETY: a page `pages` holds.
+            let base = unsafe { helpers::p2pdirect_page_address(p.as_ptr()) };
+            if base.is_null() {
+                // Not in the linear map (highmem): no kernel address to give.
+                return Err(EINVAL);
+            }
             v.push(
-                bindings::bio_vec {
-                    bv_page: p.as_ptr(),
-                    // `l` is at most a page.
-                    bv_len: l as u32,
-                    bv_offset: in_page,
+                bindings::kvec {
+                    // SAFETY: `in_page` lies in the page at `base`.
+                    iov_base: unsafe { base.byte_add(in_page as usize) },
+                    // A vector lies inside `pages`, whose length is a `usize`
+                    // count of pages' bytes.
+                    iov_len: n as usize,
                 },
                 GFP_KERNEL,
             )?;
-            done += l;
+            done += n;
         }
         Ok(Self { v, len })
     }
 
-    /// Points `iter` at the bvecs, for a READ (`ITER_DEST`) or a WRITE.
+    /// Points `iter` at the segments, for a READ (`ITER_DEST`) or a WRITE.
     ///
     /// # Safety
     ///
@@ -104,11 +123,11 @@ impl Bvecs {
         } else {
             bindings::ITER_DEST
         };
-        // SAFETY: the bvecs are valid for `len` bytes (type invariant); the
-        // caller's promise for `iter`. The length fits a `usize` (the count
-        // of bvecs did).
+        // SAFETY: the segments are valid for `len` bytes (type invariant);
+        // the caller's promise for `iter`. The length fits a `usize` (the
+        // segments' lengths did).
         unsafe {
-            bindings::iov_iter_bvec(iter, dir, self.v.as_ptr(), self.v.len(), self.len as usize)
+            bindings::iov_iter_kvec(iter, dir, self.v.as_ptr(), self.v.len(), self.len as usize)
         };
     }
 }
@@ -156,14 +175,14 @@ pub(crate) fn rw_sync<P: BioPages>(
     write: bool,
 ) -> Result<u64> {
     let pos = i64::try_from(pos).map_err(|_| EINVAL)?;
-    let bvecs = Bvecs::new(pages, off, len)?;
+    let segs = Kvecs::new(pages, off, len)?;
     let kiocb = Opaque::<bindings::kiocb>::uninit();
     let iter = Opaque::<bindings::iov_iter>::uninit();
     // SAFETY: `kiocb` is ours to initialise; a synchronous kiocb (no
     // completion, not NOWAIT) cannot fail.
     unsafe { kiocb_init(kiocb.get(), file.as_ptr(), pos, None, false) };
-    // SAFETY: `iter` is ours; the bvecs outlive the call below.
-    unsafe { bvecs.iter(iter.get(), write) };
+    // SAFETY: `iter` is ours; the segments outlive the call below.
+    unsafe { segs.iter(iter.get(), write) };
     // SAFETY: initialised above; a synchronous kiocb is done with both when
     // the call returns, and `pages` hold the pages until then.
     bytes_or_err(unsafe { iocb_rw(file.as_ptr(), kiocb.get(), iter.get(), write) })
@@ -199,11 +218,11 @@ pub(crate) trait AsyncRwOwner: Send + Sized + 'static {
 ///   last one hands the box to [`AsyncRwOwner::completed`]. Until then only
 ///   `refs` is touched by the submitter, and `res` and `pages` by the
 ///   completion.
-/// - `pages` is `Some` until the I/O ended; the bvecs point into it.
+/// - `pages` is `Some` until the I/O ended; the segments point into it.
 pub(crate) struct AsyncRw<O: AsyncRwOwner> {
     kiocb: Opaque<bindings::kiocb>,
     iter: Opaque<bindings::iov_iter>,
-    bvecs: Bvecs,
+    segs: Kvecs,
     pages: Option<O::Pages>,
     owner: O,
     pos: u64,
@@ -240,12 +259,12 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
         write: bool,
     ) -> Result<KBox<Self>> {
         i64::try_from(pos).map_err(|_| EINVAL)?;
-        let bvecs = Bvecs::new(&pages, off, len)?;
+        let segs = Kvecs::new(&pages, off, len)?;
         Ok(KBox::new(
             Self {
                 kiocb: Opaque::uninit(),
                 iter: Opaque::uninit(),
-                bvecs,
+                segs,
                 pages: Some(pages),
                 owner,
                 pos,
@@ -288,8 +307,8 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
                 // SAFETY: nothing else saw `raw`.
                 return Issued::Done(unsafe { KBox::from_raw(raw) });
             }
-            // SAFETY: the bvecs live in the box, as long as the iterator.
-            unsafe { me.bvecs.iter(me.iter.get(), me.write) };
+            // SAFETY: the segments live in the box, as long as the iterator.
+            unsafe { me.segs.iter(me.iter.get(), me.write) };
             // INVARIANT: the submitter's reference and the completion's.
             me.refs.store(2, Ordering::Relaxed);
             (me.kiocb.get(), me.iter.get(), file, me.write)

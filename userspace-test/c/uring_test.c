@@ -29,6 +29,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -472,6 +473,90 @@ TEST_F(ur, file_reads_need_no_worker)
 	ASSERT_EQ(0, io_workers());
 	for (int k = 0; k < 2; k++)
 		file_reads(_metadata, self, k, 3 * MiB, 64 * KiB, 1);
+}
+
+/*
+ * Reads merged on the block device holding @fd's file (field 2 of
+ * /sys/dev/block/MAJ:MIN/stat), or -1.
+ */
+static long read_merges(int fd)
+{
+	unsigned long ios, merges;
+	char path[64];
+	struct stat st;
+	long r = -1;
+	FILE *f;
+
+	if (fstat(fd, &st))
+		return -1;
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
+		 minor(st.st_dev));
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lu %lu", &ios, &merges) == 2)
+		r = (long)merges;
+	fclose(f);
+	return r;
+}
+
+/*
+ * A file READ's bios never merge with other I/O. In one submission (one
+ * plug): READs of data.bin [p, p + n) and [p + 2n, p + 3n) into GPU memory
+ * around an O_DIRECT read of [p + n, p + 2n) into host memory, blocks that
+ * lie next to each other on the disk. A request is DMA-mapped as a whole by
+ * the kind of its first segment (blk_rq_dma_map_iter_start), so host memory
+ * merged behind GPU memory would be given to the controller as bus
+ * addresses: the block device must count no merge, and every byte arrives.
+ */
+TEST_F(ur, file_reads_never_merge_with_other_io)
+{
+	static const struct { const char *path; __u64 seed; } f[] = {
+		{ "/mnt/ext4/data.bin", 2 }, { "/mnt/xfs/data.bin", 3 },
+	};
+	/* storage_test's DMACHECKs cover data.bin [1, 3) and [4, 6) MiB. */
+	const __u64 pos = 7 * MiB, n = 64 * KiB, warm = 8 * MiB;
+
+	for (int k = 0; k < 2; k++) {
+		struct gpu *g = &self->gpu[k];
+		int fd = open(f[k].path, O_RDONLY | O_DIRECT);
+		struct p2pdirect_io sync = {
+			.fd = fd, .addr = (uintptr_t)g->map, .size = 3 * n,
+			.file_offset = pos, .buf_offset = warm,
+		};
+		struct io_uring_sqe *sqe;
+		struct done d[3];
+		long before;
+		void *ram;
+
+		ASSERT_LE(0, fd) TH_LOG("open %s: %s", f[k].path, strerror(errno));
+		ASSERT_EQ(0, posix_memalign(&ram, 4096, n));
+		/* The extents read in, so no READ waits for them. */
+		ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_READ, &sync));
+		before = read_merges(fd);
+		ASSERT_LE(0, before);
+		prep(&self->ring, self->dev, 0, fd, 0, (uintptr_t)g->map, n, pos, 0, 0);
+		sqe = io_uring_get_sqe(&self->ring);
+		ASSERT_NE(NULL, sqe);
+		memset(sqe, 0, 2 * sizeof(*sqe));
+		io_uring_prep_read(sqe, fd, ram, n, pos + n);
+		sqe->user_data = 1;
+		prep(&self->ring, self->dev, 0, fd, 0, (uintptr_t)g->map, n, pos + 2 * n, 2 * n, 2);
+		ASSERT_EQ(3, io_uring_submit(&self->ring));
+		ASSERT_EQ(0, reap(&self->ring, 3, d));
+		for (int i = 0; i < 3; i++) {
+			EXPECT_EQ((int)n, d[i].res)
+				TH_LOG("%s, read %d: %s", f[k].path, i, strerror(-d[i].res));
+		}
+		EXPECT_EQ(before, read_merges(fd))
+			TH_LOG("%s: a READ into GPU memory merged with a read into host memory",
+			       f[k].path);
+		EXPECT_EQ(0ull, fill_diff(g->map, n, pos, f[k].seed));
+		EXPECT_EQ(0ull, fill_diff(ram, n, pos + n, f[k].seed));
+		EXPECT_EQ(0ull, fill_diff(g->map + 2 * n, n, pos + 2 * n, f[k].seed));
+		free(ram);
+		close(fd);
+	}
 }
 
 /*

@@ -34,7 +34,19 @@ use super::blkdev::BlockDevice;
 
 /// Pages a bio may carry: a byte range held (pinned, or owned) for at least
 /// as long as the value lives.
-pub(crate) trait BioPages {
+///
+/// # Safety
+///
+/// Bios are built from what the methods return, unchecked: [`page_at`] and
+/// [`vector`] give a page of the range and an offset below `PAGE_SIZE`,
+/// and [`contiguous`] and [`vector`] a length of bytes that all lie in the
+/// range's pages, held while the value lives, and that the block layer may
+/// take as one vector.
+///
+/// [`page_at`]: BioPages::page_at
+/// [`vector`]: BioPages::vector
+/// [`contiguous`]: BioPages::contiguous
+pub(crate) unsafe trait BioPages {
     /// Bytes of the range.
     fn len(&self) -> u64;
 
@@ -357,6 +369,10 @@ fn alloc_bio<'b>(
 ) -> Result<Bio<'b>> {
     if SET.state.load(Ordering::Acquire) != SET_READY {
         return Err(ENODEV);
+    }
+    // More vectors than a bio can have is a `BUG()` in the block layer.
+    if u32::from(nr_vecs) > bindings::BIO_MAX_VECS {
+        return Err(EINVAL);
     }
     // SAFETY: the set is ready (checked; it stays so while the module's
     // files exist, see `BioSet`); the block device is open.

@@ -7,7 +7,7 @@
 //!
 //! - [`open_for_io`]: a file descriptor of the calling process, checked as
 //!   `read(2)`/`write(2)` check it, with the same errnos.
-//! - [`io_bdev`], [`rw_verify`], [`bdev_sync`], [`bdev_invalidate`]: what
+//! - [`IoTarget::bdev`], [`rw_verify`], [`bdev_sync`], [`bdev_invalidate`]: what
 //!   the block layer's direct I/O does around the bios of a raw block device.
 //! - [`FileMapping`]: a file's address space, to zap user mappings.
 
@@ -163,8 +163,9 @@ pub(crate) fn block_device(file: &LocalFile) -> Result<&BlockDevice> {
 }
 
 /// The block device an I/O target does its I/O on: its own, or its file
-/// system's. The target is a file [`open_for_io`] accepted.
-pub(crate) fn io_bdev(file: &LocalFile) -> &BlockDevice {
+/// system's. The target is a file [`open_for_io`] accepted (private: only
+/// `open_for_io` and [`IoTarget`], which it made, call it).
+fn io_bdev(file: &LocalFile) -> &BlockDevice {
     let bdev = if file_type(file) == bindings::S_IFBLK {
         // SAFETY: a block device file has its block device while open.
         unsafe { bindings::file_bdev(raw(file)) }

@@ -146,6 +146,11 @@ impl Pages {
         let first = addr & !(PAGE - 1);
         let npages = usize::try_from(end.div_ceil(PAGE) - first / PAGE).map_err(|_| EINVAL)?;
         let nr = i32::try_from(npages).map_err(|_| EINVAL)?;
+        // The page array must stay below what kvmalloc takes without a
+        // warning (`INT_MAX` bytes): a range that long cannot be pinned.
+        if npages > i32::MAX as usize / core::mem::size_of::<*mut bindings::page>() {
+            return Err(ENOMEM);
+        }
         let mut pages = KVVec::<*mut bindings::page>::with_capacity(npages, GFP_KERNEL)?;
         let mut gup = bindings::FOLL_PCI_P2PDMA;
         if write {
@@ -411,11 +416,13 @@ impl Pages {
                 .min(len - done);
             // SAFETY: both pages are held; each is mapped for the copy and
             // unmapped in reverse order; `doff + n` and `soff + n` stay
-            // within their pages (n is bounded by both page ends).
+            // within their pages (n is bounded by both page ends). The two
+            // ranges may be the same bytes (`src` may pin the same pages):
+            // `copy` allows overlap.
             unsafe {
                 let d = bindings::kmap_local_page(dp).cast::<u8>();
                 let s = bindings::kmap_local_page(sp).cast::<u8>();
-                core::ptr::copy_nonoverlapping(
+                core::ptr::copy(
                     s.add(soff as usize),
                     d.add(doff as usize),
                     n as usize,
@@ -501,7 +508,9 @@ impl Drop for Inner {
 // `kfree`/`kvfree_call_rcu`: no sleep, only interrupt-safe locks.
 unsafe impl DropInAnyContext for Pages {}
 
-impl BioPages for Pages {
+// SAFETY: the pages are pinned or owned while `self` lives; the lookups
+// stay inside the range and the lengths inside its runs (`vector_len`).
+unsafe impl BioPages for Pages {
     fn len(&self) -> u64 {
         Pages::len(self)
     }

@@ -27,9 +27,14 @@ use super::{c, pci_p2pdma::raw_device};
 /// # Invariants
 ///
 /// `table` points to the caller's `struct p2pdirect_peer_memory_client`,
-/// which its module keeps valid until its unregister call returned; that
-/// call returns only once every `ForeignClient` and [`ForeignCtx`] is gone
-/// (the implementor of [`KernelApi::unregister`] waits for them).
+/// which its module keeps valid until its unregister call returned. That
+/// call returns once every [`ForeignCtx`] is gone and no call into the
+/// table runs (the implementor of [`KernelApi::unregister`] marks the
+/// client dead first and waits for them). A `ForeignClient` itself may
+/// outlive it (a snapshot of the registry holds one): the implementor calls
+/// [`ForeignClient::acquire`] only after it found the client not dead and
+/// counted the call, so that the wait covers it; nothing else reads the
+/// table.
 pub(crate) struct ForeignClient {
     table: NonNull<c::p2pdirect_peer_memory_client>,
     name: CString,

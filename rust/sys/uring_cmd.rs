@@ -121,17 +121,20 @@ impl UringCmd {
             return None;
         }
         let sqe = self.fields().1;
-        // SAFETY: as in `fields`, the SQE is valid during the issue; the command
-        // area of a 128-byte SQE (from `cmd`, to the end of its second half)
-        // has `SQE128_CMD_BYTES` readable bytes. On an inline issue they are
-        // in the ring, which userspace may write meanwhile, so they are
-        // copied once, here, and only the copy is used.
-        Some(unsafe {
-            sqe.cast::<u8>()
-                .add(SQE_CMD_OFFSET)
-                .cast::<[u8; SQE128_CMD_BYTES]>()
-                .read_unaligned()
-        })
+        // On an inline issue the bytes are in the ring, which userspace may
+        // write meanwhile, so they are copied once, here, with volatile
+        // reads (`READ_ONCE`: the compiler may neither drop the copy nor
+        // read a field from the ring again later), and only the copy is used.
+        // SAFETY: as in `fields`, the SQE is valid during the issue; the
+        // command area of a 128-byte SQE (from `cmd`, to the end of its second
+        // half) has `SQE128_CMD_BYTES` readable bytes.
+        let src = unsafe { sqe.cast::<u8>().add(SQE_CMD_OFFSET) };
+        let mut out = [0u8; SQE128_CMD_BYTES];
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: `i` is below `SQE128_CMD_BYTES`, inside the area.
+            *b = unsafe { src.add(i).read_volatile() };
+        }
+        Some(out)
     }
 
     /// The SQE fields io_uring leaves to the driver ([`SqeFields`]), each

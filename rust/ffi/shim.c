@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C shim of p2pdirect: the C APIs the kernel's Rust crate does not bind
- * (static inline functions, cast macros, headers outside its bindings).
- * Kbuild runs bindgen over this file itself, so Rust's declarations come
- * from these definitions (nothing is declared twice, hence no header);
- * the wrappers in rust/sys/ state the invariants each call relies on.
+ * C shim of p2pdirect: the C APIs the kernel's Rust crate does not bind (static
+ * inlines, cast macros). Kbuild runs bindgen over this file, so Rust's declarations
+ * come from these definitions; the wrappers in rust/sys/ state their invariants.
  */
 #include <linux/blkdev.h>
 #include <linux/dma-buf-mapping.h>	/* for bindgen: P2P dma-buf maps */
@@ -26,11 +24,7 @@ static_assert(offsetof(struct io_kiocb, cmd) == 0 && SQEO(cmd, 48) && SQEO(addr,
 	      SQEO(len, 24) && SQEO(buf_index, 40) && SQEO(file_index, 44));
 static_assert(IO_URING_CMD_TASK_WORK_ISSUE_FLAGS == IO_URING_F_COMPLETE_DEFER);
 
-/*
- * Flags behind cast macros, as constants for bindgen. Linux 7.2's Rust
- * bindings define VM_MAYSHARE as VM_MAYEXEC (rust/bindings/bindings_helper.h):
- * this is the real one.
- */
+/* Flags behind cast macros, for bindgen (7.2's bindings define VM_MAYSHARE as VM_MAYEXEC). */
 const fmode_t P2PDIRECT_FMODE_READ = FMODE_READ;
 const fmode_t P2PDIRECT_FMODE_WRITE = FMODE_WRITE;
 const fmode_t P2PDIRECT_FMODE_NOWAIT = FMODE_NOWAIT;
@@ -100,16 +94,12 @@ void *p2pdirect_page_address(struct page *page)
 	return page_address(page);
 }
 
-void p2pdirect_sg_set_page(struct scatterlist *sg, struct page *page, unsigned int len,
-			   unsigned int offset)
+void p2pdirect_sg_set_page(struct scatterlist *sg, struct page *p, unsigned int len, unsigned int off)
 {
-	sg_set_page(sg, page, len, offset);
+	sg_set_page(sg, p, len, off);
 }
 
-/*
- * Takes the first reference on a page nobody references (0 -> 1 atomically):
- * false, with nothing changed, if the page is referenced already.
- */
+/* The first reference (0 -> 1 atomically); false, nothing changed, if taken. */
 bool p2pdirect_page_ref_claim(struct page *page)
 {
 	return atomic_cmpxchg(&page->_refcount, 0, 1) == 0;

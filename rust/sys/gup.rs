@@ -422,11 +422,7 @@ impl Pages {
             unsafe {
                 let d = bindings::kmap_local_page(dp).cast::<u8>();
                 let s = bindings::kmap_local_page(sp).cast::<u8>();
-                core::ptr::copy(
-                    s.add(soff as usize),
-                    d.add(doff as usize),
-                    n as usize,
-                );
+                core::ptr::copy(s.add(soff as usize), d.add(doff as usize), n as usize);
                 bindings::kunmap_local(s.cast());
                 bindings::kunmap_local(d.cast());
             }

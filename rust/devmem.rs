@@ -471,7 +471,7 @@ enum Backing {
     Bar { mem: Arc<P2pMem>, held: HeldPages },
     /// Memory taken from the owner's pool for this allocation, whose pages
     /// from `held`'s offset on (alignment) are the allocation's.
-    Published { own: P2pMem, held: HeldPages },
+    Published { own: Arc<P2pMem>, held: HeldPages },
 }
 
 /// What a released [`Backing`] leaves to give back to its provider.
@@ -479,11 +479,11 @@ enum Released {
     /// The range of the BAR starting there.
     Range(usize),
     /// The memory taken from the owner's pool (freed when dropped).
-    Pool { _own: P2pMem },
+    Pool { _own: Arc<P2pMem> },
 }
 
 impl Backing {
-    fn mem(&self) -> (&P2pMem, usize) {
+    fn mem(&self) -> (&Arc<P2pMem>, usize) {
         match self {
             Backing::Bar { mem, held } => (mem, held.offset()),
             Backing::Published { own, held } => (own, held.offset()),
@@ -856,7 +856,7 @@ impl Allocation {
                 }
                 // The owner's pool aligns to pages only: take enough to align within.
                 let total = usize::try_from(size + align - page).map_err(|_| ENOMEM)?;
-                let own = P2pMem::alloc(provider.pdev.aref(), total)?;
+                let own = Arc::new(P2pMem::alloc(provider.pdev.aref(), total)?, GFP_KERNEL)?;
                 let first = own.bus_addr(0);
                 let skip = (first.next_multiple_of(align) - first) as usize;
                 let held = own.try_hold(skip, size as usize)?;

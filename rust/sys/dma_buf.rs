@@ -311,8 +311,8 @@ impl<T: Exporter> Ops<T> {
         };
         let mut vec = bindings::phys_vec { paddr: r.phys, len };
         // SAFETY: the reservation lock is held (the core's contract); the
-        // provider is valid while the exporter is not revoked, which it
-        // cannot be while the lock is held; `vec` is read during the call.
+        // provider is valid while `r` lives (`P2pProvider`'s invariant: it
+        // holds the memory); `vec` is read during the call.
         let sgt =
             unsafe { c::dma_buf_phys_vec_to_sgt(att, r.provider.as_ptr(), &mut vec, 1, len, dir) };
         if from_err_ptr(sgt).is_err() {

@@ -11,8 +11,14 @@ use core::{
     sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
 };
 use kernel::{
-    bindings, device::Core, error::to_result, ffi::c_void, page::PAGE_SIZE, pci, prelude::*,
-    sync::aref::ARef,
+    bindings,
+    device::Core,
+    error::to_result,
+    ffi::c_void,
+    page::PAGE_SIZE,
+    pci,
+    prelude::*,
+    sync::{aref::ARef, Arc},
 };
 
 use super::{c, page_ref, vma::FaultSlot};
@@ -477,15 +483,16 @@ impl P2pMem {
 impl P2pMem {
     /// The P2PDMA provider (the BAR) holding byte `off`, for mapping it to
     /// peers (`None` past the end).
-    pub(crate) fn provider(&self, off: usize) -> Option<P2pProvider> {
+    pub(crate) fn provider(self: &Arc<Self>, off: usize) -> Option<P2pProvider> {
         let (bar, _, _) = bar_of_bus_addr(&self.pdev, self.bus_addr(off))?;
         // SAFETY: the memory came from this function's pool, so its P2PDMA
         // state is set up (`pcim_p2pdma_init`) and `bar` is a memory BAR.
         let p = unsafe { bindings::pcim_p2pdma_provider(raw(&self.pdev), bar as i32) };
-        // INVARIANT: the provider of a BAR whose pool this memory is from.
+        // INVARIANT: the provider of a BAR whose pool this memory is from,
+        // with the memory.
         NonNull::new(p).map(|p| P2pProvider {
             p,
-            _dev: self.pdev.clone(),
+            mem: self.clone(),
         })
     }
 }
@@ -494,12 +501,14 @@ impl P2pMem {
 ///
 /// # Invariants
 ///
-/// `p` is the provider of a BAR of `_dev`; the PCI core frees it when the
-/// owning driver unbinds (device-managed), so a holder uses it only while
-/// memory taken from that BAR is still held by the owner (not revoked).
+/// `p` is the provider of the BAR `mem` was taken from. The PCI core frees
+/// it with the device's P2PDMA state when the owning driver unbinds
+/// (device-managed), after `memunmap_pages()` waited for every reference on
+/// the pool's pages, which `mem`, not yet given back, still holds: so `p`
+/// is valid while `self` lives.
 pub(crate) struct P2pProvider {
     p: NonNull<bindings::p2pdma_provider>,
-    _dev: ARef<pci::Device>,
+    mem: Arc<P2pMem>,
 }
 
 impl P2pProvider {
@@ -509,7 +518,7 @@ impl P2pProvider {
 
     /// Whether `client` can reach the memory (its P2PDMA [`distance`]).
     pub(crate) fn reaches(&self, client: &pci::Device) -> bool {
-        distance(&self._dev, client).is_some()
+        distance(&self.mem.pdev, client).is_some()
     }
 }
 

@@ -837,11 +837,13 @@ impl Allocation {
                 let start = inner.ranges.alloc(size, align, ())?;
                 // Bounded by the BAR size, which is a usize.
                 let (s, l) = (start as usize, size as usize);
+                // Free pages are referenced by nobody: a range that is
+                // (cannot happen) is memory not to be had, `ENOMEM`.
                 let held = match mem.try_hold(s, l) {
                     Ok(h) => h,
-                    Err(e) => {
+                    Err(_) => {
                         let _ = inner.ranges.free(start);
-                        return Err(e);
+                        return Err(ENOMEM);
                     }
                 };
                 let bus = mem.bus_addr(s);
@@ -859,7 +861,10 @@ impl Allocation {
                 let own = Arc::new(P2pMem::alloc(provider.pdev.aref(), total)?, GFP_KERNEL)?;
                 let first = own.bus_addr(0);
                 let skip = (first.next_multiple_of(align) - first) as usize;
-                let held = own.try_hold(skip, size as usize)?;
+                // A page of the pool still referenced for an instant by its
+                // previous user's teardown (`p2pmem_alloc_mmap` failing) is
+                // memory not to be had now: `ENOMEM`, as the pool's own.
+                let held = own.try_hold(skip, size as usize).map_err(|_| ENOMEM)?;
                 let bus = first + skip as u64;
                 provider.inner.lock().published_used += size;
                 (
@@ -981,18 +986,35 @@ pub(crate) fn seal_mapping(vma: &VmaNew) {
 
 /// Gives back the memory of an ALLOC that failed after taking it.
 fn undo(provider: &Provider, backing: Backing, size: u64) {
-    // Nothing was given the memory yet, so nothing else references it; if
-    // something did, its BAR range stays taken (never handed out twice).
-    let released = backing.release();
+    // Nothing was given the memory yet, so nothing else references it but,
+    // for an instant, a lockless lookup through a stale page table entry:
+    // try again a little while. Memory still referenced after that stays
+    // taken, and counted as used (never handed out twice).
+    let mut backing = backing;
+    let mut tries = 0;
+    let released = loop {
+        match backing.release() {
+            Ok(r) => break Some(r),
+            Err(b) if tries < 100 => {
+                backing = b;
+                tries += 1;
+                kernel::time::delay::fsleep(kernel::time::Delta::from_micros(100));
+            }
+            Err(b) => {
+                pr_err!("memory of a failed ALLOC is still referenced: it stays taken\n");
+                // Its pages stay held (a provider's teardown waits for them).
+                drop(b);
+                break None;
+            }
+        }
+    };
     let mut p = provider.inner.lock();
     match released {
-        Ok(Released::Range(start)) => {
+        Some(Released::Range(start)) => {
             let _ = p.ranges.free(start as u64);
         }
-        Ok(Released::Pool { .. }) | Err(Backing::Published { .. }) => {
-            p.published_used = p.published_used.saturating_sub(size)
-        }
-        Err(Backing::Bar { .. }) => {}
+        Some(Released::Pool { .. }) => p.published_used = p.published_used.saturating_sub(size),
+        None => {}
     }
 }
 

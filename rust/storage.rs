@@ -8,7 +8,7 @@
 //!   by page, each bio sized by the queue limits (max bytes, max segments,
 //!   logical block size), all submitted, then waited for together. An I/O
 //!   that fits one bio uses one on-stack bio instead (no allocation).
-//! - Regular files: an O_DIRECT kiocb over a bvec iterator of the pages runs
+//! - Regular files: an O_DIRECT kiocb over the pages' kernel addresses runs
 //!   through the file's `read_iter`/`write_iter`, so the file system maps the
 //!   blocks and builds the bios. Holes and unwritten extents read as zeros
 //!   that the file system writes with the CPU: counted as `zeroed`.

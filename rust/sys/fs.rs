@@ -16,7 +16,7 @@ use core::{
     mem::offset_of,
     sync::atomic::{AtomicU8, Ordering},
 };
-use kernel::{bindings, fs::File, prelude::*, types::Opaque};
+use kernel::{bindings, fs::File, page::PAGE_SIZE, prelude::*, types::Opaque};
 
 use super::bio::{BioPages, DropInAnyContext};
 
@@ -87,7 +87,9 @@ impl Kvecs {
         if len == 0 || end > pages.len() {
             return Err(EINVAL);
         }
-        let mut v = KVVec::new();
+        // At most one segment per page touched.
+        let n = usize::try_from(len.div_ceil(PAGE_SIZE as u64) + 1).map_err(|_| EINVAL)?;
+        let mut v = KVVec::with_capacity(n, GFP_KERNEL)?;
         let mut done = 0u64;
         while done < len {
             let (p, in_page, n) = pages.vector(off + done, len - done).ok_or(EINVAL)?;

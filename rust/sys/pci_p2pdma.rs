@@ -323,6 +323,7 @@ pub(crate) struct P2pMem {
 /// Each page of `off..off + len` of the `P2pMem` whose serial is `owner`
 /// holds one reference for this value alone, and `len` is a non-zero
 /// multiple of `PAGE_SIZE`.
+#[must_use]
 pub(crate) struct HeldPages {
     owner: u64,
     off: usize,

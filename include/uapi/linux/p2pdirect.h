@@ -68,6 +68,16 @@
  * -EFAULT, as one in a p2pdirect mapping does (see struct
  * p2pdirect_register).
  *
+ * ABI 1.15 (no new command, same structs): READ and WRITE of a regular file
+ * (also through io_uring) hand the file system the memory's kernel
+ * addresses, so the block layer marks the bios of P2PDMA pages unmergeable
+ * and never mixes P2PDMA regions in one bio; before, a read into host
+ * memory of the next blocks, submitted in the same io_uring plug, could
+ * merge into such a request, whose segments the driver maps all as the
+ * first one's kind. The file's I/O is direct also when fcntl(F_SETFL)
+ * cleared O_DIRECT after the checks; before, it could fall to page-cache
+ * copies.
+ *
  * ABI 1.14 (no new command, same structs): a registration of another
  * provider's P2PDMA pages (P2PDIRECT_CLIENT_P2PDMA_USER, such as an NVMe
  * CMB mapped through sysfs p2pmem/allocate) is invalidated when that
@@ -136,7 +146,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 14
+#define P2PDIRECT_ABI_MINOR 15
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'

@@ -31,12 +31,13 @@ pub(crate) unsafe fn try_hold(kaddr: *mut c_void, len: usize) -> bool {
         // SAFETY: a page of the caller's range.
         if !unsafe { c::p2pdirect_page_ref_claim(page(off)) } {
             for back in (0..off).step_by(PAGE_SIZE) {
-                // SAFETY: claimed by this loop just before. The count goes
-                // back from 1 to 0 atomically. Only a lockless lookup (GUP
-                // fast) that read a stale page table entry can hold another
-                // reference meanwhile, and it drops it at once: wait for
-                // that rather than leave the page taken (bounded, in case).
+                // The count goes back from 1 to 0 atomically. Only a
+                // lockless lookup (GUP fast) that read a stale page table
+                // entry can hold another reference meanwhile, and it drops
+                // it at once: wait for that rather than leave the page
+                // taken (bounded, in case).
                 let mut tries = 0u32;
+                // SAFETY: a page this loop claimed just before.
                 while !unsafe { c::p2pdirect_page_ref_freeze(page(back), 1) } {
                     tries += 1;
                     if tries == 1 << 20 {

@@ -256,6 +256,21 @@ impl IoFile {
         sys_file::dio_falls_back(self.0.file(), pos, len, write)
     }
 
+    /// The bio operation of a READ or WRITE of the file: a write of a file
+    /// opened `O_DSYNC` (or `O_SYNC`) is durable when it completes.
+    pub(crate) fn bio_op(&self, write: bool) -> crate::sys::bio::Op {
+        crate::sys::bio::Op::new(write, write && sys_file::dsync(self.0.file()))
+    }
+
+    /// Raw block devices: a cache flush of the device (after a WRITE of a
+    /// file opened `O_DSYNC`, as `generic_write_sync()` does).
+    pub(crate) fn bdev_flush(&self) -> Result {
+        if !self.is_bdev() {
+            return Err(EINVAL);
+        }
+        sys_file::bdev_flush(self.0.file())
+    }
+
     /// Raw block devices: drops cached data of the range (after a write).
     pub(crate) fn bdev_invalidate(&self, pos: u64, len: u64) {
         sys_file::bdev_invalidate(self.0.file(), pos, len);

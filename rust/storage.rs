@@ -239,8 +239,9 @@ pub(crate) fn submit_uring(me: &dyn IoOwner, req: &Request, cmd: &mut UringCmd) 
         d.file.bdev_invalidate(d.pos, d.len);
     }
     let write = d.write;
+    let op = d.file.bio_op(write);
     let (io, pages) = UringIo::new(d, &keys, start, slot);
-    let mut batch = match AsyncBatch::new(io, pages, write) {
+    let mut batch = match AsyncBatch::new(io, pages, op) {
         Ok(b) => b,
         Err(e) => {
             record(write, &keys, &Err(e), start);
@@ -1043,6 +1044,12 @@ fn bdev_io(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
     if write {
         file.bdev_invalidate(pos, len);
     }
+    // write(2) of an O_DSYNC device: its bios were FUA writes, and then
+    // `generic_write_sync()` flushes the device cache, failing the call if
+    // the flush fails.
+    if matches!(r, Ok(n) if n > 0) && file.bio_op(write) == bio::Op::WriteFua {
+        file.bdev_flush()?;
+    }
     r
 }
 
@@ -1060,12 +1067,12 @@ fn bdev_bios(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
     // What fits one bio goes through one on-stack bio: no allocation.
     if bio_bytes(lim, (first + off) % page, len) == len {
         if let Ok(n) = u32::try_from(len) {
-            if bio::rw_onstack(file.bdev(), pages, off, n, pos, write)? {
+            if bio::rw_onstack(file.bdev(), pages, off, n, pos, file.bio_op(write))? {
                 return Ok(len);
             }
         }
     }
-    let ((queued, build_err), bios) = Batch::run(file.bdev(), pages, write, |b| {
+    let ((queued, build_err), bios) = Batch::run(file.bdev(), pages, file.bio_op(write), |b| {
         build_bios(b, lim, first, span)
     });
     good_prefix(queued, build_err, bios)

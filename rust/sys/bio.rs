@@ -165,13 +165,38 @@ impl Drop for BioSet {
     }
 }
 
-/// `bi_opf` of a READ or WRITE the caller waits for.
-fn opf(write: bool) -> bindings::blk_opf_t {
+/// Which way a bio moves data, and how a write must land.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Op {
+    /// Device to memory.
+    Read,
+    /// Memory to device.
+    Write,
+    /// Memory to device, complete only once on stable media (`REQ_FUA`),
+    /// as the block layer's direct writes of an `O_DSYNC` file are.
+    WriteFua,
+}
+
+impl Op {
+    /// A READ or a WRITE, the latter durable when `dsync`.
+    pub(crate) fn new(write: bool, dsync: bool) -> Self {
+        match (write, dsync) {
+            (false, _) => Op::Read,
+            (true, false) => Op::Write,
+            (true, true) => Op::WriteFua,
+        }
+    }
+}
+
+/// `bi_opf` of a READ or WRITE the caller waits for (`dio_bio_write_op()`'s
+/// flags for a write).
+fn opf(op: Op) -> bindings::blk_opf_t {
     let sync = 1 << bindings::req_flag_bits___REQ_SYNC;
-    if write {
-        bindings::req_op_REQ_OP_WRITE | sync | 1 << bindings::req_flag_bits___REQ_IDLE
-    } else {
-        bindings::req_op_REQ_OP_READ | sync
+    let write = bindings::req_op_REQ_OP_WRITE | sync | 1 << bindings::req_flag_bits___REQ_IDLE;
+    match op {
+        Op::Read => bindings::req_op_REQ_OP_READ | sync,
+        Op::Write => write,
+        Op::WriteFua => write | 1 << bindings::req_flag_bits___REQ_FUA,
     }
 }
 
@@ -228,7 +253,7 @@ pub(crate) fn rw_onstack<P: BioPages>(
     off: u64,
     len: u32,
     pos: u64,
-    write: bool,
+    op: Op,
 ) -> Result<bool> {
     const VECS: usize = 8;
     if off
@@ -248,7 +273,7 @@ pub(crate) fn rw_onstack<P: BioPages>(
             bdev.as_raw(),
             vecs.as_mut_ptr().cast(),
             VECS as u16,
-            opf(write),
+            opf(op),
         );
         (*bio).bi_iter.bi_sector = sector(pos);
     }
@@ -362,7 +387,7 @@ impl Drop for Bio<'_> {
 /// A bio of the set for the batch at `private`.
 fn alloc_bio<'b>(
     bdev: &BlockDevice,
-    write: bool,
+    op: Op,
     pos: u64,
     nr_vecs: u16,
     private: *const c_void,
@@ -380,7 +405,7 @@ fn alloc_bio<'b>(
         bindings::bio_alloc_bioset(
             bdev.as_raw(),
             nr_vecs,
-            opf(write),
+            opf(op),
             bindings::GFP_KERNEL,
             SET.set.get(),
         )
@@ -483,7 +508,7 @@ pub(crate) trait BuildBios {
 pub(crate) struct Batch<'a, P: BioPages> {
     bdev: &'a BlockDevice,
     pages: &'a P,
-    write: bool,
+    op: Op,
     core: Core,
     waited: Cell<bool>,
     #[pin]
@@ -500,13 +525,13 @@ impl<'a, P: BioPages> Batch<'a, P> {
     pub(crate) fn run<R>(
         bdev: &'a BlockDevice,
         pages: &'a P,
-        write: bool,
+        op: Op,
         build: impl FnOnce(&Batch<'a, P>) -> R,
     ) -> (R, core::result::Result<(), (Error, u64)>) {
         let init = pin_init!(Self {
             bdev,
             pages,
-            write,
+            op,
             core: Core::new(),
             waited: Cell::new(false),
             done <- Opaque::ffi_init(|slot: *mut bindings::completion| {
@@ -561,7 +586,7 @@ impl<P: BioPages> BuildBios for Batch<'_, P> {
         if self.waited.get() {
             return Err(EINVAL);
         }
-        alloc_bio(self.bdev, self.write, pos, nr_vecs, self.private())
+        alloc_bio(self.bdev, self.op, pos, nr_vecs, self.private())
     }
 
     fn add(&self, bio: &mut Bio<'_>, off: u64, len: u32) -> bool {
@@ -624,19 +649,19 @@ pub(crate) struct AsyncBatch<O: AsyncOwner> {
     owner: O,
     pages: Option<O::Pages>,
     built: Option<O::Built>,
-    write: bool,
+    op: Op,
     core: Core,
 }
 
 impl<O: AsyncOwner> AsyncBatch<O> {
     /// A batch for `owner`'s block device and `pages`, one way.
-    pub(crate) fn new(owner: O, pages: O::Pages, write: bool) -> Result<KBox<Self>> {
+    pub(crate) fn new(owner: O, pages: O::Pages, op: Op) -> Result<KBox<Self>> {
         Ok(KBox::new(
             Self {
                 owner,
                 pages: Some(pages),
                 built: None,
-                write,
+                op,
                 core: Core::new(),
             },
             GFP_KERNEL,
@@ -742,7 +767,7 @@ impl<O: AsyncOwner> Submitter<'_, O> {
 impl<O: AsyncOwner> BuildBios for Submitter<'_, O> {
     fn bio(&self, pos: u64, nr_vecs: u16) -> Result<Bio<'_>> {
         let b = self.get();
-        alloc_bio(b.owner.bdev(), b.write, pos, nr_vecs, self.private())
+        alloc_bio(b.owner.bdev(), b.op, pos, nr_vecs, self.private())
     }
 
     fn add(&self, bio: &mut Bio<'_>, off: u64, len: u32) -> bool {

@@ -226,6 +226,21 @@ pub(crate) fn bdev_sync(file: &File, pos: u64, len: u64) -> Result {
     to_result(unsafe { bindings::filemap_write_and_wait_range((*raw(file)).f_mapping, start, end) })
 }
 
+/// Whether writes to the file must be durable when they return (`O_DSYNC`,
+/// which `O_SYNC` includes; fcntl cannot change it).
+pub(crate) fn dsync(file: &File) -> bool {
+    // SAFETY: an open file's flags are readable; `O_DSYNC` is set at open.
+    unsafe { core::ptr::read_volatile(&raw const (*raw(file)).f_flags) & bindings::O_DSYNC != 0 }
+}
+
+/// Raw block devices: makes what the device completed durable (a cache
+/// flush), as `fsync` of the device does.
+pub(crate) fn bdev_flush(file: &File) -> Result {
+    // SAFETY: a block device file keeps its block device open while open;
+    // the flush only waits for the device.
+    to_result(unsafe { bindings::blkdev_issue_flush(bindings::file_bdev(raw(file))) })
+}
+
 /// Raw block devices: drops cached data of the range (after a write).
 pub(crate) fn bdev_invalidate(file: &File, pos: u64, len: u64) {
     let Ok((start, end)) = byte_range(pos, len) else {

@@ -16,7 +16,8 @@
  * (ci/hostcheck.py and ci/dmacheck.py). Regions of the namespaces are split
  * so that one GPU's P2P I/O never shares blocks with another GPU's or with
  * the bounce path: NSID 1 reads [0, 16M) gpu0, [24M, 32M) gpu1 (devmem_test
- * writes at 16M and 20M); writes from 64M; [158M, 159M) the page-cache test.
+ * writes at 16M and 20M); writes from 64M ([112M, 113M) the O_DSYNC test);
+ * [158M, 159M) the page-cache test.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -349,6 +350,129 @@ TEST_F(st, raw_write_both_gpus)
 		rec_dma(1, foff, len, b.g->bdf);
 		close(fd);
 	}
+}
+
+/*
+ * Field @n (1-based) of /sys/dev/block/MAJ:MIN/@what of the block device
+ * open as @fd (a number), or -1.
+ */
+static long dev_stat(int fd, const char *what, int n)
+{
+	char path[96], buf[512], *p = buf;
+	struct stat st;
+	long v = -1;
+	ssize_t len;
+	int f;
+
+	if (fstat(fd, &st) || !S_ISBLK(st.st_mode))
+		return -1;
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/%s", major(st.st_rdev),
+		 minor(st.st_rdev), what);
+	f = open(path, O_RDONLY);
+	if (f < 0)
+		return -1;
+	len = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (len <= 0)
+		return -1;
+	buf[len] = 0;
+	for (int i = 1; i <= n; i++) {
+		char *end;
+
+		v = strtol(p, &end, 10);
+		if (end == p)
+			return -1;
+		p = end;
+	}
+	return v;
+}
+
+/* queue/write_cache of the block device open as @fd, into @buf ("" if none). */
+static void cache_mode(int fd, char *buf, size_t size)
+{
+	struct stat st;
+	char path[96];
+	ssize_t len = -1;
+	int c;
+
+	buf[0] = 0;
+	if (fstat(fd, &st))
+		return;
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/queue/write_cache", major(st.st_rdev),
+		 minor(st.st_rdev));
+	c = open(path, O_RDONLY);
+	if (c >= 0)
+		len = read(c, buf, size - 1);
+	if (c >= 0)
+		close(c);
+	buf[len > 0 ? len : 0] = 0;
+}
+
+/* Cache flushes the block device open as @fd completed (stat field 16). */
+static long flushes(int fd)
+{
+	return dev_stat(fd, "stat", 16);
+}
+
+/*
+ * A WRITE to a namespace opened O_DSYNC is durable when it returns, as
+ * write(2)'s is: FUA bios, then a flush of the device's cache, so the
+ * device's flush count moves by what an O_DSYNC pwrite moves it by (FUA
+ * writes are not flushes); without O_DSYNC it does not move. NSID 1
+ * [112 MiB, +768 KiB): a WRITE, a pwrite, an O_DSYNC WRITE.
+ */
+TEST_F(st, dsync_write_flushes_as_pwrite_does)
+{
+	__u64 pos = 112 * MiB, len = 256 * KiB, seed = 0x600;
+	long before, plain, theirs, ours;
+	struct p2pdirect_io out;
+	char cache[32] = "";
+	struct dbuf b;
+	int fd, sfd;
+	void *ram;
+
+	fd = open(self->ns1, O_RDWR | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	sfd = open(self->ns1, O_RDWR | O_DIRECT | O_DSYNC);
+	ASSERT_GE(sfd, 0);
+	cache_mode(fd, cache, sizeof(cache));
+	ASSERT_EQ(0, strncmp(cache, "write back", 10))
+		TH_LOG("NSID 1 has no volatile write cache (%s): no flush to see", cache);
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], len, &b));
+	ASSERT_EQ(0, posix_memalign(&ram, 4096, len));
+
+	fill_buf(b.p, len, pos, seed);
+	before = flushes(fd);
+	ASSERT_LE(0, before);
+	ASSERT_EQ(0, rw(self->dev, true, fd, 0, (uintptr_t)b.p, len, pos, 0, &out));
+	EXPECT_EQ(len, out.bytes);
+	plain = flushes(fd) - before;
+
+	fill_buf(ram, len, pos + len, seed);
+	before = flushes(fd);
+	ASSERT_EQ((ssize_t)len, pwrite(sfd, ram, len, pos + len));
+	theirs = flushes(fd) - before;
+
+	fill_buf(b.p, len, pos + 2 * len, seed);
+	before = flushes(fd);
+	ASSERT_EQ(0, rw(self->dev, true, sfd, 0, (uintptr_t)b.p, len, pos + 2 * len, 0, &out));
+	EXPECT_EQ(len, out.bytes);
+	EXPECT_EQ(len, out.p2p_bytes);
+	ours = flushes(fd) - before;
+
+	EXPECT_EQ(0, plain) TH_LOG("a WRITE without O_DSYNC flushed the device");
+	EXPECT_LE(1, theirs) TH_LOG("an O_DSYNC pwrite did not flush the device");
+	EXPECT_EQ(theirs, ours)
+		TH_LOG("an O_DSYNC WRITE flushed %ld times, pwrite %ld", ours, theirs);
+	rec_fill(&b, 0, len, seed, pos + 2 * len);
+	rec_nvme(1, pos, 3 * len, seed, pos);
+	rec_dma_op(1, pos, len, b.g->bdf, "write");
+	rec_dma_op(1, pos + len, len, NULL, "write");
+	rec_dma_op(1, pos + 2 * len, len, b.g->bdf, "write");
+	free(ram);
+	EXPECT_EQ(0, dbuf_free(self->dev, &b));
+	close(sfd);
+	close(fd);
 }
 
 /*

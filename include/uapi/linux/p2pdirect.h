@@ -76,7 +76,8 @@
  * merge into such a request, whose segments the driver maps all as the
  * first one's kind. The file's I/O is direct also when fcntl(F_SETFL)
  * cleared O_DIRECT after the checks; before, it could fall to page-cache
- * copies.
+ * copies. A WRITE to a raw block device opened O_DSYNC is durable when it
+ * returns (FUA bios, then a cache flush); before, O_DSYNC was ignored there.
  *
  * ABI 1.14 (no new command, same structs): a registration of another
  * provider's P2PDMA pages (P2PDIRECT_CLIENT_P2PDMA_USER, such as an NVMe
@@ -540,7 +541,12 @@ struct p2pdirect_reg_id {
  * On a raw block device READ and WRITE refuse what read(2) and write(2)
  * refuse, and run the same hooks: rw_verify_area() (offsets, the LSM's
  * file_permission, fanotify permission events) before any I/O, and the
- * fsnotify access/modify event after it. A file whose file system serves
+ * fsnotify access/modify event after it. A WRITE to a raw block device
+ * opened O_DSYNC (or O_SYNC) is durable when it returns, as write(2)'s is:
+ * its bios are FUA writes, and a synchronous WRITE then flushes the
+ * device's cache (a failed flush fails the call); since ABI 1.15, before
+ * which O_DSYNC was ignored on raw block devices. A file's durability is
+ * its file system's (O_DSYNC reaches it in the kiocb). A file whose file system serves
  * O_DIRECT through the page cache (STATX_DIOALIGN reports a memory
  * alignment of 0: ext4 with journalled data, inline data, verity; and since
  * ABI 1.13 a range off its offset alignment, STATX_DIO_READ_ALIGN's for a

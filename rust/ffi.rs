@@ -259,16 +259,13 @@ impl IoFile {
     /// The bio operation of a READ or WRITE of the file: a write of a file
     /// opened `O_DSYNC` (or `O_SYNC`) is durable when it completes.
     pub(crate) fn bio_op(&self, write: bool) -> crate::sys::bio::Op {
-        crate::sys::bio::Op::new(write, write && sys_file::dsync(self.0.file()))
+        crate::sys::bio::Op::new(write, write && self.0.dsync())
     }
 
     /// Raw block devices: a cache flush of the device (after a WRITE of a
     /// file opened `O_DSYNC`, as `generic_write_sync()` does).
     pub(crate) fn bdev_flush(&self) -> Result {
-        if !self.is_bdev() {
-            return Err(EINVAL);
-        }
-        sys_file::bdev_flush(self.0.file())
+        self.0.bdev_flush()
     }
 
     /// Raw block devices: drops cached data of the range (after a write).

@@ -1040,41 +1040,41 @@ fn bdev_io(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
     if write {
         file.bdev_invalidate(pos, len);
     }
-    let r = bdev_bios(file, lim, span);
+    let op = file.bio_op(write);
+    let r = bdev_bios(file, lim, span, op);
     if write {
         file.bdev_invalidate(pos, len);
     }
     // write(2) of an O_DSYNC device: its bios were FUA writes, and then
     // `generic_write_sync()` flushes the device cache, failing the call if
     // the flush fails.
-    if matches!(r, Ok(n) if n > 0) && file.bio_op(write) == bio::Op::WriteFua {
+    if matches!(r, Ok(n) if n > 0) && op == bio::Op::WriteFua {
         file.bdev_flush()?;
     }
     r
 }
 
 /// The bios of [`bdev_io`]: returns the bytes of the good prefix.
-fn bdev_bios(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<u64> {
+fn bdev_bios(file: &IoFile, lim: &Limits, span: &Span<'_>, op: bio::Op) -> Result<u64> {
     let Span {
         pages,
         off,
         pos,
         len,
-        write,
+        ..
     } = *span;
     let page = PAGE_SIZE as u64;
     let first = pages.page_offset();
     // What fits one bio goes through one on-stack bio: no allocation.
     if bio_bytes(lim, (first + off) % page, len) == len {
         if let Ok(n) = u32::try_from(len) {
-            if bio::rw_onstack(file.bdev(), pages, off, n, pos, file.bio_op(write))? {
+            if bio::rw_onstack(file.bdev(), pages, off, n, pos, op)? {
                 return Ok(len);
             }
         }
     }
-    let ((queued, build_err), bios) = Batch::run(file.bdev(), pages, file.bio_op(write), |b| {
-        build_bios(b, lim, first, span)
-    });
+    let ((queued, build_err), bios) =
+        Batch::run(file.bdev(), pages, op, |b| build_bios(b, lim, first, span));
     good_prefix(queued, build_err, bios)
 }
 

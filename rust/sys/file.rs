@@ -74,6 +74,27 @@ impl IoTarget {
         self.bdev.is_some()
     }
 
+    /// Whether writes must be durable when they return (`O_DSYNC`, which
+    /// `O_SYNC` includes; fcntl cannot change it).
+    pub(crate) fn dsync(&self) -> bool {
+        // SAFETY: the file, held by `self`, is open; `O_DSYNC` is set at open.
+        unsafe {
+            core::ptr::read_volatile(&raw const (*self.file.as_ptr()).f_flags) & bindings::O_DSYNC
+                != 0
+        }
+    }
+
+    /// A raw block device: makes what it completed durable (a cache flush),
+    /// as `fsync` of the device does; `ENOTBLK` for a regular file.
+    pub(crate) fn bdev_flush(&self) -> Result {
+        let Some(b) = self.bdev else {
+            return Err(ENOTBLK);
+        };
+        // SAFETY: the file, held by `self`, keeps its block device open
+        // (type invariant); the flush only waits for the device.
+        to_result(unsafe { bindings::blkdev_issue_flush(b.as_ptr()) })
+    }
+
     /// The block device the I/O goes to (a file's: its file system's).
     pub(crate) fn bdev(&self) -> &BlockDevice {
         match self.bdev {
@@ -224,21 +245,6 @@ pub(crate) fn bdev_sync(file: &File, pos: u64, len: u64) -> Result {
     }
     // SAFETY: an open file's mapping lives while it is open.
     to_result(unsafe { bindings::filemap_write_and_wait_range((*raw(file)).f_mapping, start, end) })
-}
-
-/// Whether writes to the file must be durable when they return (`O_DSYNC`,
-/// which `O_SYNC` includes; fcntl cannot change it).
-pub(crate) fn dsync(file: &File) -> bool {
-    // SAFETY: an open file's flags are readable; `O_DSYNC` is set at open.
-    unsafe { core::ptr::read_volatile(&raw const (*raw(file)).f_flags) & bindings::O_DSYNC != 0 }
-}
-
-/// Raw block devices: makes what the device completed durable (a cache
-/// flush), as `fsync` of the device does.
-pub(crate) fn bdev_flush(file: &File) -> Result {
-    // SAFETY: a block device file keeps its block device open while open;
-    // the flush only waits for the device.
-    to_result(unsafe { bindings::blkdev_issue_flush(bindings::file_bdev(raw(file))) })
 }
 
 /// Raw block devices: drops cached data of the range (after a write).

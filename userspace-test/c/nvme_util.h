@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/sysmacros.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 /* Reads the first line of a sysfs attribute into @buf. Returns 1 on success. */
@@ -251,6 +253,24 @@ static inline long file_number(const char *path, const char *fmt)
 			break;
 	fclose(f);
 	return n;
+}
+
+/* /sys/dev/block/MAJ:MIN/@attr of the block device numbered @dev. */
+static inline void blk_attr(dev_t dev, const char *attr, char *path, size_t len)
+{
+	snprintf(path, len, "/sys/dev/block/%u:%u/%s", major(dev), minor(dev), attr);
+}
+
+/* Field @n (1-based, at most 17) of the stat file of block device @dev, or -1. */
+static inline long blk_stat(dev_t dev, int n)
+{
+	char path[96], fmt[128] = "";
+
+	blk_attr(dev, "stat", path, sizeof(path));
+	for (int i = 1; i < n && i < 17; i++)
+		strcat(fmt, "%*s ");
+	strcat(fmt, "%ld");
+	return file_number(path, fmt);
 }
 
 /* Writes @val to the sysfs file @path: 0 or -errno (-EIO on a short write). */

@@ -352,39 +352,12 @@ TEST_F(st, raw_write_both_gpus)
 	}
 }
 
-/*
- * Field @n (1-based) of /sys/dev/block/MAJ:MIN/@what of the block device
- * open as @fd (a number), or -1.
- */
-static long dev_stat(int fd, const char *what, int n)
+/* Cache flushes the block device open as @fd completed (stat field 16), or -1. */
+static long flushes(int fd)
 {
-	char path[96], buf[512], *p = buf;
 	struct stat st;
-	long v = -1;
-	ssize_t len;
-	int f;
 
-	if (fstat(fd, &st) || !S_ISBLK(st.st_mode))
-		return -1;
-	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/%s", major(st.st_rdev),
-		 minor(st.st_rdev), what);
-	f = open(path, O_RDONLY);
-	if (f < 0)
-		return -1;
-	len = read(f, buf, sizeof(buf) - 1);
-	close(f);
-	if (len <= 0)
-		return -1;
-	buf[len] = 0;
-	for (int i = 1; i <= n; i++) {
-		char *end;
-
-		v = strtol(p, &end, 10);
-		if (end == p)
-			return -1;
-		p = end;
-	}
-	return v;
+	return fstat(fd, &st) || !S_ISBLK(st.st_mode) ? -1 : blk_stat(st.st_rdev, 16);
 }
 
 /* queue/write_cache of the block device open as @fd, into @buf ("" if none). */
@@ -392,26 +365,13 @@ static void cache_mode(int fd, char *buf, size_t size)
 {
 	struct stat st;
 	char path[96];
-	ssize_t len = -1;
-	int c;
 
 	buf[0] = 0;
 	if (fstat(fd, &st))
 		return;
-	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/queue/write_cache", major(st.st_rdev),
-		 minor(st.st_rdev));
-	c = open(path, O_RDONLY);
-	if (c >= 0)
-		len = read(c, buf, size - 1);
-	if (c >= 0)
-		close(c);
-	buf[len > 0 ? len : 0] = 0;
-}
-
-/* Cache flushes the block device open as @fd completed (stat field 16). */
-static long flushes(int fd)
-{
-	return dev_stat(fd, "stat", 16);
+	blk_attr(st.st_rdev, "queue/write_cache", path, sizeof(path));
+	if (!nvme_read_attr(path, buf, size))
+		buf[0] = 0;
 }
 
 /*

@@ -475,29 +475,12 @@ TEST_F(ur, file_reads_need_no_worker)
 		file_reads(_metadata, self, k, 3 * MiB, 64 * KiB, 1);
 }
 
-/*
- * Reads merged on the block device holding @fd's file (field 2 of
- * /sys/dev/block/MAJ:MIN/stat), or -1.
- */
+/* Reads merged on the block device holding @fd's file (stat field 2), or -1. */
 static long read_merges(int fd)
 {
-	unsigned long ios, merges;
-	char path[64];
 	struct stat st;
-	long r = -1;
-	FILE *f;
 
-	if (fstat(fd, &st))
-		return -1;
-	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
-		 minor(st.st_dev));
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (fscanf(f, "%lu %lu", &ios, &merges) == 2)
-		r = (long)merges;
-	fclose(f);
-	return r;
+	return fstat(fd, &st) ? -1 : blk_stat(st.st_dev, 2);
 }
 
 /*

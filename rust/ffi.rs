@@ -288,4 +288,9 @@ impl IoFile {
     pub(crate) fn hole_bytes(&self, pos: u64, len: u64) -> Result<u64> {
         sys_file::hole_bytes(self.0.file(), pos, len)
     }
+
+    /// Whether an open of the file would find leases to break.
+    pub(crate) fn has_leases(&self) -> bool {
+        sys_file::has_leases(self.0.file())
+    }
 }

@@ -190,6 +190,12 @@ fn cqe(r: &Result<Done>) -> (i32, u64) {
 /// in the submitter's task). The COMPAT bounce runs synchronously in
 /// io_uring's worker; what the checks finish at once is posted at once.
 pub(crate) fn submit_uring(me: &dyn IoOwner, req: &Request, cmd: &mut UringCmd) -> Result<i32> {
+    // The argument's flags come before the command's own checks, the
+    // in-flight limit among them.
+    if let Err(e) = check_args(req) {
+        let start = Instant::<Monotonic>::now();
+        return post_now(cmd, req.write, &Keys::default(), Err(e), start);
+    }
     let slot = UringSlot::take(me.uring_inflight()).inspect_err(|_| {
         if crate::sys::ratelimit::allow() {
             pr_info!(
@@ -577,11 +583,17 @@ fn moved(file: &IoFile, write: bool, done: Done, bytes: u64, zeroed: u64) -> Don
     }
 }
 
-fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
+/// The argument's flags and size, checked before anything else.
+fn check_args(req: &Request) -> Result {
     let known = uapi::P2PDIRECT_IO_REGISTERED | uapi::P2PDIRECT_IO_COMPAT;
     if req.flags & !known != 0 || req.size == 0 {
         return Err(EINVAL);
     }
+    Ok(())
+}
+
+fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
+    check_args(req)?;
     let file = IoFile::from_fd(req.fd, req.write).inspect_err(|e| {
         if *e == EINVAL && crate::sys::ratelimit::allow() {
             pr_info!(
@@ -621,10 +633,14 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     // system's to find, in the read itself (with its locks and hooks): a
     // file READ at or past it is checked like any other first.
     let past_end = file.is_bdev() && req.file_offset >= lim.size;
-    if file.is_bdev() && !past_end {
-        len = len.min(lim.size - req.file_offset);
-        // read(2)/write(2)'s own checks and hooks (LSM, fanotify).
-        file.rw_verify(req.file_offset, len, req.write)?;
+    if file.is_bdev() {
+        if !past_end {
+            len = len.min(lim.size - req.file_offset);
+        }
+        // read(2)/write(2)'s own checks and hooks (LSM, fanotify), which
+        // they run on the whole count before the device's end is tested
+        // and the count cut: also at or past the end.
+        file.rw_verify(req.file_offset, req.size, req.write)?;
     }
     let mem = resolve_memory(me, req, &lim)?;
     if past_end {
@@ -996,6 +1012,20 @@ fn direct(file: &IoFile, lim: &Limits, span: &Span<'_>) -> Result<(u64, u64)> {
 /// with the CPU (holes, unwritten extents).
 fn file_zeroed(file: &IoFile, pos: u64, bytes: u64, write: bool) -> u64 {
     if write || bytes == 0 {
+        return 0;
+    }
+    // The private open that finds the holes would break a write lease,
+    // which only the caller can hold here (one needs the file open once:
+    // the caller's fd), where read(2) breaks none: the caller would get
+    // SIGIO and wait for itself. With any lease (`break_lease()`'s test)
+    // the holes are not counted.
+    if file.has_leases() {
+        if crate::sys::ratelimit::allow() {
+            pr_info!(
+                "READ: holes of the file not counted: it has a lease, which the open that \
+                 finds them would break\n"
+            );
+        }
         return 0;
     }
     file.hole_bytes(pos, bytes).unwrap_or_else(|e| {

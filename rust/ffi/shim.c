@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C shim of p2pdirect: the C APIs the kernel's Rust crate does not bind (static
- * inlines, cast macros). Kbuild runs bindgen over this file, so Rust's declarations
- * come from these definitions; the wrappers in rust/sys/ state their invariants.
+ * C shim of p2pdirect: static inlines and cast macros the Rust crate does not bind.
+ * Rust's declarations are bindgen's of these; rust/sys/ states their invariants.
  */
 #include <linux/blkdev.h>
 #include <linux/dma-buf-mapping.h>	/* for bindgen: P2P dma-buf maps */
 #include <linux/export.h>
+#include <linux/filelock.h>
 #include <linux/fsnotify.h>
 #include <linux/io_uring/cmd.h>		/* for bindgen: the io_uring command */
 #include <linux/memremap.h>
@@ -50,6 +50,14 @@ bool p2pdirect_bdev_read_only(struct block_device *bdev)
 const struct path *p2pdirect_file_path(struct file *f)
 {
 	return &f->f_path;
+}
+
+/* break_lease()'s test: an open of the file would find leases to break. */
+bool p2pdirect_has_leases(struct file *f)
+{
+	struct file_lock_context *ctx = locks_inode_context(file_inode(f));
+
+	return ctx && !list_empty_careful(&ctx->flc_lease);
 }
 
 void p2pdirect_cond_resched(void)
@@ -99,20 +107,10 @@ void p2pdirect_sg_set_page(struct scatterlist *sg, struct page *p, unsigned int 
 	sg_set_page(sg, p, len, off);
 }
 
-/* The first reference (0 -> 1 atomically); false, nothing changed, if taken. */
-bool p2pdirect_page_ref_claim(struct page *page)
+/* The count from @old to @new atomically (as page_ref_freeze()); false, unchanged, if not @old. */
+bool p2pdirect_page_ref_swap(struct page *page, int old, int new)
 {
-	return atomic_cmpxchg(&page->_refcount, 0, 1) == 0;
-}
-
-bool p2pdirect_page_ref_freeze(struct page *page, int count)
-{
-	return page_ref_freeze(page, count);
-}
-
-void p2pdirect_page_ref_unfreeze(struct page *page, int count)
-{
-	page_ref_unfreeze(page, count);
+	return atomic_cmpxchg(&page->_refcount, old, new) == old;
 }
 
 /* The events read(2)/write(2) send once data moved. */

@@ -16,7 +16,6 @@ use kernel::{
     bindings,
     error::to_result,
     fs::{file::LocalFile, File},
-    page::PAGE_SIZE,
     prelude::*,
     sync::aref::ARef,
 };
@@ -201,11 +200,9 @@ fn io_bdev(file: &LocalFile) -> &BlockDevice {
 /// `read(2)`/`write(2)`'s checks of a raw block device range
 /// (`rw_verify_area()`: offsets, LSM hooks, fanotify permission events).
 pub(crate) fn rw_verify(file: &File, pos: u64, len: u64, write: bool) -> Result {
-    // MAX_RW_COUNT: what one read(2) or write(2) may move.
-    let max = (i32::MAX as u64) & !(PAGE_SIZE as u64 - 1);
-    if len > max {
-        return Err(EINVAL);
-    }
+    // The count as read(2) passes it, before cutting it to MAX_RW_COUNT
+    // (`rw_verify_area()` refuses one that is negative as an `ssize_t`).
+    let len = usize::try_from(len).map_err(|_| EINVAL)?;
     let pos = i64::try_from(pos).map_err(|_| EINVAL)?;
     let dir = if write {
         bindings::WRITE
@@ -213,7 +210,7 @@ pub(crate) fn rw_verify(file: &File, pos: u64, len: u64, write: bool) -> Result 
         bindings::READ
     };
     // SAFETY: the file is valid; `pos` is our local.
-    to_result(unsafe { bindings::rw_verify_area(dir as i32, raw(file), &pos, len as usize) })
+    to_result(unsafe { bindings::rw_verify_area(dir as i32, raw(file), &pos, len) })
 }
 
 /// Whether the file's page cache holds any page (`mapping->nrpages`), read
@@ -394,6 +391,13 @@ impl Drop for KernelFile {
         // SAFETY: the reference `dentry_open` gave, dropped once.
         unsafe { bindings::fput(self.0.as_ptr()) };
     }
+}
+
+/// Whether the file has leases (`break_lease()`'s quick test, without a
+/// lock): any kind, also ones a read-only open would not break.
+pub(crate) fn has_leases(file: &File) -> bool {
+    // SAFETY: the file is open, so its inode and lock context live.
+    unsafe { c::p2pdirect_has_leases(raw(file)) }
 }
 
 /// Regular files: bytes of `[pos, pos + len)` in holes or unwritten extents

@@ -29,7 +29,7 @@ pub(crate) unsafe fn try_hold(kaddr: *mut c_void, len: usize) -> bool {
     };
     for off in (0..len).step_by(PAGE_SIZE) {
         // SAFETY: a page of the caller's range.
-        if !unsafe { c::p2pdirect_page_ref_claim(page(off)) } {
+        if !unsafe { c::p2pdirect_page_ref_swap(page(off), 0, 1) } {
             for back in (0..off).step_by(PAGE_SIZE) {
                 // The count goes back from 1 to 0 atomically. Only a
                 // lockless lookup (GUP fast) that read a stale page table
@@ -38,7 +38,7 @@ pub(crate) unsafe fn try_hold(kaddr: *mut c_void, len: usize) -> bool {
                 // taken (bounded, in case).
                 let mut tries = 0u32;
                 // SAFETY: a page this loop claimed just before.
-                while !unsafe { c::p2pdirect_page_ref_freeze(page(back), 1) } {
+                while !unsafe { c::p2pdirect_page_ref_swap(page(back), 1, 0) } {
                     tries += 1;
                     if tries == 1 << 20 {
                         kernel::pr_warn!("a page stays held: a reference outlived its release\n");
@@ -68,10 +68,14 @@ pub(crate) unsafe fn try_release(kaddr: *mut c_void, len: usize) -> bool {
     };
     for off in (0..len).step_by(PAGE_SIZE) {
         // SAFETY: a page of the caller's held range.
-        if !unsafe { c::p2pdirect_page_ref_freeze(page(off), 1) } {
+        if !unsafe { c::p2pdirect_page_ref_swap(page(off), 1, 0) } {
             for back in (0..off).step_by(PAGE_SIZE) {
-                // SAFETY: frozen by this loop just before.
-                unsafe { c::p2pdirect_page_ref_unfreeze(page(back), 1) };
+                // Back from 0 to 1: frozen by this loop just before, so
+                // nobody took a reference since (none is taken from 0).
+                // SAFETY: a page of the caller's held range.
+                if !unsafe { c::p2pdirect_page_ref_swap(page(back), 0, 1) } {
+                    kernel::pr_warn!("a frozen page was referenced: its count is not restored\n");
+                }
             }
             return false;
         }

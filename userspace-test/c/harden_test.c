@@ -282,6 +282,59 @@ TEST_F(hd, huge_sizes_on_device_memory)
 }
 
 /*
+ * Memory a READ (or a REGISTER with REG_WRITE, a DMA_PROBE with PROBE_WRITE)
+ * would have the device write is pinned for writing: a read-only mapping of
+ * it is EFAULT, as is a mapping whose allocation was freed (it stays until
+ * munmap, its pages gone). A read-only mapping still serves what only reads
+ * it (REGISTER without REG_WRITE, DMA_PROBE without PROBE_WRITE).
+ */
+TEST_F(hd, read_only_and_freed_mappings_efault)
+{
+	struct p2pdirect_dma_seg segs[4];
+	struct p2pdirect_dma_probe pr = { .size = 4096, .segs = (uintptr_t)segs, .capacity = 4 };
+	struct p2pdirect_alloc a, b;
+	struct p2pdirect_reg_id id = { 0 };
+	__u8 *ro, *gone;
+	int ns;
+
+	ns = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(ns, 0);
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &a));
+	ro = mmap(NULL, a.size, PROT_READ, MAP_SHARED, self->dev, a.mmap_offset);
+	ASSERT_NE(MAP_FAILED, (void *)ro);
+	EXPECT_EQ(-EFAULT, io(self->dev, false, ns, 0, (uintptr_t)ro, 4096, 0, NULL));
+	EXPECT_EQ(-EFAULT, reg(self->dev, ro, 4096, NULL));
+	pr.fd = ns;
+	pr.addr = (uintptr_t)ro;
+	pr.flags = P2PDIRECT_PROBE_WRITE;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_DMA_PROBE, &pr));
+	EXPECT_EQ(EFAULT, errno);
+	pr.flags = 0;
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_DMA_PROBE, &pr)) TH_LOG("%s", strerror(errno));
+	{
+		struct p2pdirect_register r = { .addr = (uintptr_t)ro, .size = 4096 };
+
+		EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &r)) TH_LOG("%s",
+										  strerror(errno));
+		id.id = r.id;
+		EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_DEREGISTER, &id));
+	}
+	EXPECT_EQ(0u, nonzero(ro, a.size));
+	munmap(ro, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 64 * KiB, &b));
+	gone = map_alloc(self->dev, &b);
+	ASSERT_NE(MAP_FAILED, gone);
+	EXPECT_EQ(0, free_handle(self->dev, b.handle));
+	EXPECT_EQ(-EFAULT, io(self->dev, false, ns, 0, (uintptr_t)gone, 4096, 0, NULL));
+	EXPECT_EQ(-EFAULT, reg(self->dev, gone, 4096, NULL));
+	EXPECT_EQ(-EFAULT, probe(self->dev, ns, gone, 4096));
+	munmap(gone, b.size);
+	close(ns);
+}
+
+/*
  * A user mapping of another driver's P2PDMA memory (the NVMe CMB through
  * sysfs) with a huge size is refused before anything is pinned or allocated,
  * never a kvmalloc of gigabytes: the range runs out of the mapping (EFAULT,
@@ -560,6 +613,69 @@ TEST_F(hd, file_read_at_eof_is_checked_like_any_read)
 	EXPECT_EQ(0, free_handle(self->dev, a.handle));
 	snprintf(cmd, sizeof(cmd), "umount /tmp/eofmnt && losetup -d %s && rm -f /tmp/eof.img", loop);
 	EXPECT_EQ(0, sh(cmd));
+}
+
+static volatile sig_atomic_t sigio_seen;
+
+static void on_sigio(int sig)
+{
+	(void)sig;
+	sigio_seen++;
+}
+
+/*
+ * A file whose only opener holds a write lease on it: read(2) breaks no
+ * lease, and neither does READ (since ABI 1.16). The private open that
+ * counts a READ's holes would break it: SIGIO to the caller (whose default
+ * action kills) and a wait for itself. With a lease the holes are not
+ * counted; without one they are.
+ */
+TEST_F(hd, file_read_keeps_the_callers_lease)
+{
+	static const char *const files[] = { "/mnt/ext4/lease.bin", "/mnt/xfs/lease.bin" };
+	struct sigaction sa = { .sa_handler = on_sigio };
+	struct p2pdirect_io out;
+	struct p2pdirect_alloc a;
+	void *zeros;
+	__u8 *m;
+
+	ASSERT_EQ(0, sigaction(SIGIO, &sa, NULL));
+	ASSERT_EQ(0, posix_memalign(&zeros, 4096, 64 * KiB));
+	memset(zeros, 0, 64 * KiB);
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[0], 128 * KiB, &a));
+	m = map_alloc(self->dev, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	for (int i = 0; i < 2; i++) {
+		int fd = open(files[i], O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+
+		ASSERT_GE(fd, 0) TH_LOG("%s: %s", files[i], strerror(errno));
+		/* [0, 64K) data (zeros: the memory stays as ALLOC left it), then a hole. */
+		ASSERT_EQ((ssize_t)(64 * KiB), pwrite(fd, zeros, 64 * KiB, 0));
+		ASSERT_EQ(0, ftruncate(fd, 128 * KiB));
+		ASSERT_EQ(0, fsync(fd));
+		ASSERT_EQ(0, fcntl(fd, F_SETLEASE, F_WRLCK)) TH_LOG("%s: %s", files[i],
+								  strerror(errno));
+		sigio_seen = 0;
+		ASSERT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 128 * KiB, 0, &out));
+		EXPECT_EQ(128 * KiB, out.bytes);
+		EXPECT_EQ(0u, out.zeroed_bytes);
+		EXPECT_EQ(128 * KiB, out.p2p_bytes);
+		EXPECT_EQ(0, sigio_seen) TH_LOG("%s: the READ broke the caller's lease", files[i]);
+		EXPECT_EQ(F_WRLCK, fcntl(fd, F_GETLEASE)) TH_LOG("%s", files[i]);
+		ASSERT_EQ((ssize_t)(128 * KiB), pread(fd, m, 128 * KiB, 0));
+		EXPECT_EQ(0, sigio_seen);
+		EXPECT_EQ(F_WRLCK, fcntl(fd, F_GETLEASE));
+		/* Without the lease the hole is counted. */
+		ASSERT_EQ(0, fcntl(fd, F_SETLEASE, F_UNLCK));
+		ASSERT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 128 * KiB, 0, &out));
+		EXPECT_EQ(64 * KiB, out.zeroed_bytes);
+		EXPECT_EQ(64 * KiB, out.p2p_bytes);
+		close(fd);
+		EXPECT_EQ(0, unlink(files[i]));
+	}
+	munmap(m, a.size);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+	free(zeros);
 }
 
 /* A read-only block device: write(2) says EPERM, so does WRITE. */

@@ -888,7 +888,7 @@ TEST_F(st, statistics_reset_keeps_what_it_did_not_return)
  */
 TEST_F(st, bad_input)
 {
-	__u64 len = 256 * KiB, wpos = 128 * MiB;
+	__u64 len = 256 * KiB, wpos = 128 * MiB, top;
 	int rd, wr, nod, pipefd[2], sock[2], dir, tmp, closed;
 	struct p2pdirect_io io;
 	void *ram;
@@ -950,6 +950,27 @@ TEST_F(st, bad_input)
 	EXPECT_EQ(-ENXIO, rw(self->dev, true, wr, 0, (uintptr_t)ram, 4096, wpos, 0, NULL));
 	for (__u64 i = 0; i < len; i++)
 		ASSERT_EQ(0x5a, ((__u8 *)ram)[i]);
+	/*
+	 * Past the device's end, a range whose end overflows loff_t: read(2)
+	 * and write(2) refuse it in rw_verify_area() before they test the end,
+	 * and so do READ and WRITE (since ABI 1.16; before, 0 bytes and ENOSPC).
+	 * Inside loff_t it is the end: 0 bytes and ENOSPC.
+	 */
+	top = (1ull << 63) - 8192;
+	errno = 0;
+	EXPECT_EQ(-1, pread(rd, ram, 8192, (off_t)top));
+	EXPECT_EQ(EINVAL, errno);
+	errno = 0;
+	EXPECT_EQ(-1, pwrite(wr, ram, 8192, (off_t)top));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, rd, 0, p, 8192, top, 0, NULL));
+	EXPECT_EQ(-EINVAL, rw(self->dev, true, wr, 0, p, 8192, top, 0, NULL));
+	EXPECT_EQ(0, pread(rd, ram, 4096, (off_t)top));
+	errno = 0;
+	EXPECT_EQ(-1, pwrite(wr, ram, 4096, (off_t)top));
+	EXPECT_EQ(ENOSPC, errno);
+	EXPECT_EQ(0, rw(self->dev, false, rd, 0, p, 4096, top, 0, NULL));
+	EXPECT_EQ(-ENOSPC, rw(self->dev, true, wr, 0, p, 4096, top, 0, NULL));
 	free(ram);
 	/* Nothing was written anywhere. */
 	EXPECT_EQ(0u, nonzero(b.map, b.a.size));

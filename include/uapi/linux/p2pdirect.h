@@ -13,7 +13,7 @@
  *    zero on output;
  *  - new behaviour gets a new command number or flag; the ABI major changes
  *    only when an existing command changes meaning, the minor when commands,
- *    flags or documented behaviours are added (1.6, 1.7, 1.10 and 1.11
+ *    flags or documented behaviours are added (1.6, 1.7 and 1.10 to 1.16
  *    added behaviours and no command).
  *
  * Errors common to every command:
@@ -67,6 +67,19 @@
  * that starts in another provider's P2PDMA mapping and runs out of it gets
  * -EFAULT, as one in a p2pdirect mapping does (see struct
  * p2pdirect_register).
+ *
+ * ABI 1.16 (no new command, same structs): READ and WRITE of a raw block
+ * device run read(2)'s rw_verify_area() (offsets, the LSM, fanotify
+ * permission events) also at or past the device's end, as read(2) and
+ * write(2) do, on the whole @size as read(2) passes it: a range whose end
+ * overflows loff_t gets -EINVAL, there too; before, 0 bytes or -ENOSPC
+ * without the checks. A READ of a file that has a lease no longer breaks
+ * it (read(2) breaks none): its holes are not counted then (@zeroed_bytes
+ * 0; the private open that finds them would have broken a write lease,
+ * which only the caller itself can hold, sending it SIGIO and waiting for
+ * it). An io_uring READ or WRITE with unknown flags
+ * or size 0 gets -EINVAL also when the file's commands in flight are at
+ * P2PDIRECT_URING_MAX_INFLIGHT; before, -EBUSY.
  *
  * ABI 1.15 (no new command, same structs): READ and WRITE of a regular file
  * (also through io_uring) hand the file system the memory's kernel
@@ -147,7 +160,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 15
+#define P2PDIRECT_ABI_MINOR 16
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -424,7 +437,8 @@ struct p2pdirect_dma_probe {
  * already has a live registration of exactly this range; -EDQUOT the file would pin more
  * than the module parameter max_pinned_mib allows (counted in whole pages:
  * a 2-byte range across a page boundary pins 8 KiB), or the range alone is
- * larger; -ENOSPC the file holds 4096 registrations already; -EFAULT the
+ * larger; -ENOSPC the file holds 4096 registrations already, live or
+ * invalidated (DEREGISTER an invalidated one to free its place); -EFAULT the
  * range is not mapped, spans two mappings (or, for another provider's
  * P2PDMA pages, two P2PDMA regions: since ABI 1.14), or its memory was
  * freed (or its provider's driver began to unbind) while it was being
@@ -494,8 +508,13 @@ struct p2pdirect_reg_id {
  *	@bounce_bytes + @zeroed_bytes = @bytes (since 1.13 also for a bounced
  *	READ, whose hole bytes were counted in @bounce_bytes as well). Holes
  *	are found with SEEK_DATA/SEEK_HOLE on a private open of the file (an
- *	open that fanotify, inotify and leases see): an unwritten extent whose
- *	pages are cached clean counts as data there, and as P2P here
+ *	open that fanotify and inotify see): an unwritten extent whose pages
+ *	are cached clean counts as data there, and as P2P here. A file with a
+ *	lease on it is not opened (the open would break a write lease, which
+ *	read(2) does not; any lease is enough, also a read lease or a
+ *	delegation that a read-only open would leave alone): its holes count
+ *	as moved (@p2p_bytes, or @bounce_bytes when bounced) and @zeroed_bytes
+ *	is 0 (since 1.16)
  * @dma_pci_addr: out, the PCI function that did the DMA (P2PDIRECT_PCI_ADDR);
  *	for a stacked device, the controller of its first leg in name order; 0
  *	when the block device takes no P2PDMA pages (dm, loop) or the file
@@ -517,8 +536,9 @@ struct p2pdirect_reg_id {
  * MAX_RW_COUNT bytes (2 GiB - 4 KiB), the rest is left (@bytes < @size;
  * the memory is still checked for all of @size); a READ at or past the end
  * of the file or device moves 0 bytes, one that crosses it stops there
- * (@bytes < @size); a WRITE to a file may extend it, one past the end of a block device
- * fails with -ENOSPC. The memory is looked up first either way (since ABI
+ * (@bytes < @size); a WRITE to a file may extend it, one to a block device
+ * that crosses its end stops there (@bytes < @size) and one at or past it
+ * fails with -ENOSPC. The memory is looked up before the end is tested (since ABI
  * 1.11; before, a raw block device's end was tested first): an unknown,
  * stale or too short registration, a READ into one without REG_WRITE, a
  * pointer to RAM, out of its mapping or over max_pinned_mib get their error
@@ -540,13 +560,21 @@ struct p2pdirect_reg_id {
  *
  * On a raw block device READ and WRITE refuse what read(2) and write(2)
  * refuse, and run the same hooks: rw_verify_area() (offsets, the LSM's
- * file_permission, fanotify permission events) before any I/O, and the
- * fsnotify access/modify event after it. A WRITE to a raw block device
- * opened O_DSYNC (or O_SYNC) is durable when it returns, as write(2)'s is:
- * its bios are FUA writes, and a synchronous WRITE then flushes the
- * device's cache (a failed flush fails the call); since ABI 1.15, before
- * which O_DSYNC was ignored on raw block devices. A file's durability is
- * its file system's (O_DSYNC reaches it in the kiocb). A file whose file system serves
+ * file_permission, fanotify permission events) before any I/O, also at or
+ * past the device's end (since 1.16), and the fsnotify access/modify event
+ * after it. Where several things are wrong, the checks come in this order:
+ * flags and size; the fd, its kind and access mode, the device's read-only
+ * and swap state; the alignment; the offset's sign; rw_verify_area(); the
+ * memory; the device's end. write(2) tests the end before the alignment,
+ * so a WRITE at the end with a size off the block size gets -EINVAL here
+ * and -ENOSPC from pwrite(2).
+ *
+ * A WRITE to a raw block device opened O_DSYNC (or O_SYNC) is durable when
+ * it returns, as write(2)'s is: its bios are FUA writes, and a synchronous
+ * WRITE then flushes the device's cache (a failed flush fails the call);
+ * since ABI 1.15, before which O_DSYNC was ignored on raw block devices.
+ * A file's durability is its file system's (O_DSYNC reaches it in the
+ * kiocb). A file whose file system serves
  * O_DIRECT through the page cache (STATX_DIOALIGN reports a memory
  * alignment of 0: ext4 with journalled data, inline data, verity; and since
  * ABI 1.13 a range off its offset alignment, STATX_DIO_READ_ALIGN's for a
@@ -566,7 +594,9 @@ struct p2pdirect_reg_id {
  * O_DIRECT through the page cache (both: without COMPAT); -ENXIO @addr is
  * not device memory (no peer-memory client claims it: RAM, for one);
  * -EFAULT the range runs past the end of its device-memory mapping, spans
- * two mappings, or is not mapped; -EDQUOT the range would pin more than
+ * two mappings, or is not mapped, its memory was freed or revoked while it
+ * stays mapped, or a READ's memory is mapped without PROT_WRITE (the pages
+ * are pinned for writing); -EDQUOT the range would pin more than
  * max_pinned_mib; -ENOENT no such registration (also for an I/O that a
  * DEREGISTER of it raced, where the I/O did not go ahead); -ERANGE the
  * range runs past the end of the registration; -ESTALE the registration
@@ -607,16 +637,24 @@ struct p2pdirect_io {
  * debugfs file p2pdirect/stats), for a device-memory provider or a block device
  * @kind: P2PDIRECT_STAT_*
  * @id: see P2PDIRECT_STAT_*
- * @reads: READs that moved data or failed
- * @writes: WRITEs that moved data or failed
+ * @reads: READs that moved data or failed (a READ refused once its fd was
+ *	found, by an argument check too, counts as failed in the block
+ *	device's row, and in the provider's once its memory was found; one
+ *	refused before, such as -EBADF, counts nowhere)
+ * @writes: WRITEs that moved data or failed (as @reads)
  * @errors: of those, the ones that failed
  * @bytes_read: bytes READ moved
  * @bytes_written: bytes WRITE moved
  * @p2p_bytes: of both, moved device to device
  * @bounce_bytes: of both, moved through host memory (COMPAT)
- * @zeroed_bytes: of @bytes_read, zeroed by the CPU (holes, unwritten extents)
+ * @zeroed_bytes: of @bytes_read, zeroed by the CPU (holes, unwritten
+ *	extents; not counted for a file with a lease, see struct p2pdirect_io)
  * @pinned_bytes: providers: device memory pinned now (registrations and I/O
- *	in flight; since 1.9 also dma-buf importers' mappings); not reset
+ *	in flight; since 1.9 also dma-buf importers' mappings, each importer's
+ *	mapping counted once, and kernel consumers' ranges); not reset.
+ *	Registrations count whole pages; an I/O on a device pointer counts
+ *	the bytes it moves (at most MAX_RW_COUNT, and not past a block
+ *	device's end), a dma-buf mapping the dma-buf's size
  * @lat_min_ns: fastest I/O (0 before the first)
  * @lat_avg_ns: mean over all I/Os
  * @lat_max_ns: slowest I/O

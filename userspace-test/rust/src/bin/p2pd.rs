@@ -415,8 +415,8 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
     let ns = args.namespace(&gpu)?;
     let size = args.size.unwrap_or(16 << 20);
     let src = args.offset.unwrap_or(40 << 20);
-    // The data set at `src`, its copy written back at `dst` (the next MiB
-    // boundary after it): both inside the namespace.
+    // The data set at `src`, its copy written back at `dst` (`src` plus
+    // `size` rounded up to a whole MiB): both inside the namespace.
     let dst = size
         .checked_next_multiple_of(1 << 20)
         .and_then(|s| src.checked_add(s));
@@ -440,7 +440,8 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
     }
     if end > ns.size {
         return Err(format!(
-            "{}: [{src}, +{size}) and its copy at {dst} do not fit its {} bytes",
+            "{}: --offset {src} and --size {size}, with the copy at {dst} (--offset plus \
+             --size rounded up to a MiB), do not fit its {} bytes",
             ns.name, ns.size
         ));
     }

@@ -463,6 +463,11 @@ pub(crate) trait Consumer: Send + Sync {
     /// The memory is going away: drop the claim (unmap, unpin) now and never
     /// use it again.
     fn invalidate(&self);
+    /// Whether [`Consumer::invalidate`] waits for others (a dma-buf's
+    /// fences): such consumers are told after every other one.
+    fn waits(&self) -> bool {
+        false
+    }
 }
 
 /// Where an allocation's memory is.
@@ -700,8 +705,13 @@ impl AllocState {
         }
         mapping.zap(self.mmap_offset(), self.size);
         drop(mapping);
-        for s in subscribers.iter() {
-            s.invalidate();
+        // Registrations and kernel consumers first, then the dma-bufs, whose
+        // invalidation waits for their fences: an importer's fence never
+        // keeps a registration live or a consumer untold.
+        for waits in [false, true] {
+            for s in subscribers.iter().filter(|s| s.waits() == waits) {
+                s.invalidate();
+            }
         }
         drop(subscribers);
         self.inner.lock().telling = false;

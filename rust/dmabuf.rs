@@ -179,6 +179,10 @@ impl Consumer for Exported<Export> {
         self.data().id
     }
 
+    fn waits(&self) -> bool {
+        true
+    }
+
     fn invalidate(&self) {
         // Importers may DMA until their fences retire, even after they
         // unmapped from their callback: hold the memory until the fence

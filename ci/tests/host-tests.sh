@@ -390,7 +390,7 @@ skips() {
 }
 skips "matrix: a configuration whose kernel cannot be built in the budget is skipped, said so" \
 	"2 passed, 0 failed, 1 skipped" '^# ===== configuration 3: 7.3 debug: SKIPPED: its kernel was still building' \
-	CI=true P2PDIRECT_CI_BUDGET=6 STUB_BG=30 STUB_RUN=2
+	CI=true P2PDIRECT_CI_BUDGET=12 STUB_BG=30 STUB_RUN=3
 skips "matrix: configurations the rest of the budget cannot hold are skipped" \
 	"1 passed, 0 failed, 2 skipped" '^# ===== configuration 2: 7.2 debug, IOMMU: SKIPPED: [0-9]* s of the 5 s budget left' \
 	CI=true P2PDIRECT_CI_BUDGET=5 STUB_BG=0 STUB_RUN=3

@@ -703,6 +703,54 @@ TEST_F(db, fenced_memory_stays_used_until_the_fence_retires)
 	close(buf);
 }
 
+/*
+ * Revocation tells the registrations and kernel consumers of the memory
+ * before its dma-bufs, whose fences it waits for: here the export comes
+ * first, and while FREE waits for its importer's fence the consumer was
+ * told and the registration is dead (before, they were told in the order
+ * they came, so a fence kept them live).
+ */
+TEST_F(db, fence_wait_comes_after_registrations_and_consumers)
+{
+	struct freer f = { .fd = self->fd, .ret = -1 };
+	struct p2pdirect_register r = { .size = MiB };
+	struct p2pdirect_reg_id q = { 0 };
+	struct p2pdirect_alloc a;
+	pthread_t t;
+	int peer, buf;
+	void *m;
+
+	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
+	m = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_SHARED, self->fd, a.mmap_offset);
+	ASSERT_NE(MAP_FAILED, m);
+	buf = do_export(self->fd, a.handle, 0, 0, 0);
+	ASSERT_LE(0, buf);
+	ASSERT_EQ(0, tm_cmd(self->ctl, "attach %d %s", buf, self->sw));
+	ASSERT_EQ(0, tm_cmd(self->ctl, "fence"));
+	r.addr = (uintptr_t)m;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &r)) TH_LOG("%s", strerror(errno));
+	peer = open("/sys/kernel/debug/p2pd_importer/peer", O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, peer);
+	ASSERT_EQ(0, tm_cmd(peer, "acquire %lx %llx %s", (unsigned long)m, MiB, self->sw));
+	munmap(m, MiB);
+	f.handle = a.handle;
+	ASSERT_EQ(0, pthread_create(&t, NULL, free_main, &f));
+	EXPECT_EQ(1u, tm_wait_invalidation(peer)) TH_LOG("the consumer waited for the fence");
+	q.id = r.id;
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REG_QUERY, &q));
+	EXPECT_EQ((__u32)P2PDIRECT_REG_DEAD, q.state) TH_LOG("the registration waited for the fence");
+	/* FREE still waits for the fence. */
+	EXPECT_EQ(EBUSY, pthread_tryjoin_np(t, NULL));
+	EXPECT_EQ(0, tm_cmd(self->ctl, "signal"));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	EXPECT_EQ(0, f.ret);
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DEREGISTER, &q));
+	EXPECT_EQ(0, tm_cmd(peer, "release"));
+	close(peer);
+	EXPECT_EQ(0, tm_cmd(self->ctl, "detach"));
+	close(buf);
+}
+
 struct unbinder {
 	char bdf[32];
 	int ret;

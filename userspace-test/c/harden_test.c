@@ -615,12 +615,12 @@ TEST_F(hd, file_read_at_eof_is_checked_like_any_read)
 	EXPECT_EQ(0, sh(cmd));
 }
 
-static volatile sig_atomic_t sigio_seen;
+static int sigio_seen;	/* atomic: a signal handler counts */
 
 static void on_sigio(int sig)
 {
 	(void)sig;
-	sigio_seen++;
+	__atomic_fetch_add(&sigio_seen, 1, __ATOMIC_SEQ_CST);
 }
 
 /*
@@ -655,15 +655,16 @@ TEST_F(hd, file_read_keeps_the_callers_lease)
 		ASSERT_EQ(0, fsync(fd));
 		ASSERT_EQ(0, fcntl(fd, F_SETLEASE, F_WRLCK)) TH_LOG("%s: %s", files[i],
 								  strerror(errno));
-		sigio_seen = 0;
+		__atomic_store_n(&sigio_seen, 0, __ATOMIC_SEQ_CST);
 		ASSERT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 128 * KiB, 0, &out));
 		EXPECT_EQ(128 * KiB, out.bytes);
 		EXPECT_EQ(0u, out.zeroed_bytes);
 		EXPECT_EQ(128 * KiB, out.p2p_bytes);
-		EXPECT_EQ(0, sigio_seen) TH_LOG("%s: the READ broke the caller's lease", files[i]);
+		EXPECT_EQ(0, __atomic_load_n(&sigio_seen, __ATOMIC_SEQ_CST))
+			TH_LOG("%s: the READ broke the caller's lease", files[i]);
 		EXPECT_EQ(F_WRLCK, fcntl(fd, F_GETLEASE)) TH_LOG("%s", files[i]);
 		ASSERT_EQ((ssize_t)(128 * KiB), pread(fd, m, 128 * KiB, 0));
-		EXPECT_EQ(0, sigio_seen);
+		EXPECT_EQ(0, __atomic_load_n(&sigio_seen, __ATOMIC_SEQ_CST));
 		EXPECT_EQ(F_WRLCK, fcntl(fd, F_GETLEASE));
 		/* Without the lease the hole is counted. */
 		ASSERT_EQ(0, fcntl(fd, F_SETLEASE, F_UNLCK));

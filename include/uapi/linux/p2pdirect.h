@@ -879,18 +879,25 @@ struct p2pdirect_uring_io {
  * A mapping's DMA addresses are those the importer's device must use: the
  * PCI bus addresses behind a common switch, an IOMMU mapping through the
  * host bridge where the bridge allows P2P. mmap() of the dma-buf fd maps the
- * memory for the CPU as the /dev/p2pdirect mapping does (MAP_SHARED only).
+ * memory for the CPU as the /dev/p2pdirect mapping does (MAP_SHARED only,
+ * never executable: -EINVAL, -EPERM; not inherited by fork), any page-aligned
+ * part of it (a range past the dma-buf's end: -EINVAL).
  *
  * Revocation: FREE of the allocation, close of the /dev/p2pdirect file that
  * owns it (or process exit) and the removal of the memory's device revoke
- * every dma-buf of it: each importer is told through its
+ * every dma-buf of it, after the allocation's registrations and kernel
+ * consumers were told (since ABI 1.16; before, all of them in the order they
+ * came, so a fence could hold a registration live): each importer is told
+ * through its
  * invalidate_mappings callback, every fence on the dma-buf's reservation
  * object is waited for, uninterruptibly (importers' DMA fences, which the
  * dma-fence rules bound; a fence someone attached that never signals, for
  * example a debugging sw_sync fence imported with
  * DMA_BUF_IOCTL_IMPORT_SYNC_FILE, holds FREE, close and removal until it
  * does), CPU mappings of it are zapped (SIGBUS after), and later
- * maps, attaches and mmaps fail with -ENODEV. The memory returns to the
+ * maps, attaches and mmaps fail with -ENODEV (an importer that cannot take
+ * P2P pages or revocation is refused its attach with -EOPNOTSUPP first, a
+ * MAP_PRIVATE or executable mmap with -EINVAL or -EPERM first). The memory returns to the
  * provider only after every importer unmapped and the fences retired;
  * device removal waits for that. The dma-buf fd itself stays valid
  * (closing it is the owner's business) but is dead. A dma-buf holds the
@@ -899,7 +906,8 @@ struct p2pdirect_uring_io {
  * Errors: -ENOENT no such allocation on this file; -EINVAL unknown flags,
  * @offset or @size not page aligned, or the range not inside the
  * allocation; -EBADF /dev/p2pdirect not open O_RDWR (the dma-buf is
- * read-write); -ENODEV the memory's device is going away; -EMFILE no free
+ * read-write); -ENODEV the memory's device is going away, or a FREE of the
+ * allocation racing the export revoked it first; -EMFILE no free
  * file descriptor. Checked in this order (since ABI 1.13): -EBADF (before
  * the argument is read), the flags, the allocation (-ENOENT), the range
  * (-EINVAL), -ENODEV, and -EMFILE last: an export refused for its argument

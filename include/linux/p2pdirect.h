@@ -87,9 +87,10 @@ typedef int (*p2pdirect_invalidate_peer_memory)(void *reg_handle, u64 core_conte
 /*
  * Registers @client (which must stay valid until unregistered) after the
  * existing clients and stores the invalidation function in
- * *@invalidate_callback. Returns the handle for unregistering and
- * invalidating, or NULL (a name in use, no memory, a bad table: the kernel
- * log says which).
+ * *@invalidate_callback (if not NULL; it may be stored also when the
+ * registration fails). Returns the handle for unregistering and invalidating,
+ * or NULL (a name in use, the built-in clients' "p2pdirect-devmem" and
+ * "p2pdma-user" included, no memory, a bad table: the kernel log says which).
  */
 void *p2pdirect_register_peer_memory_client(const struct p2pdirect_peer_memory_client *client,
 					    p2pdirect_invalidate_peer_memory *invalidate_callback);
@@ -130,25 +131,35 @@ struct p2pdirect_peer_seg {
  * could keep DMAing into memory given to someone else. Returns an ERR_PTR:
  * -EINVAL (empty or wrapping range, or no @invalidate), -ENXIO
  * (no client owns the range: not device memory), -EFAULT (no user address
- * space: a kernel thread; nothing mapped at @addr; a range partly in
- * device memory; or, for another driver's P2PDMA pages, pages of more than
- * one P2PDMA region), -ESTALE (the memory went away meanwhile; -EFAULT if it
- * went between the lookup and the pin), -EDQUOT (a range larger than
- * max_pinned_mib), -ENOMEM, or the client's error.
+ * space: a kernel thread, whatever the range; nothing mapped at @addr; a
+ * range partly in device memory; a mapping whose allocation was freed; with
+ * @write, a mapping without PROT_WRITE; or, for another driver's P2PDMA
+ * pages, pages of more than one P2PDMA region), -ESTALE (the memory went
+ * away meanwhile; -EFAULT if it went between the lookup and the pin),
+ * -EDQUOT (a range of p2pdirect's memory or of P2PDMA pages larger than
+ * max_pinned_mib; another module's client applies its own limits),
+ * -ENOMEM, or the client's error. It takes the calling process's mmap lock:
+ * not to be called with it held.
  */
 struct p2pdirect_peer_mem *p2pdirect_peer_get(unsigned long addr, size_t size, bool write,
 					      void (*invalidate)(void *priv), void *priv);
 
 /*
  * Maps the range for @dev (a PCI function) into @segs (at most @max_segs):
- * the number of segments, or -EREMOTEIO (@dev cannot reach the memory),
+ * the number of segments, or -EREMOTEIO (@dev cannot reach the memory; for
+ * another module's client, whatever its dma_map returns),
  * -E2BIG (more than @max_segs segments), -EBUSY (already mapped), -ESTALE
  * (invalidated), -ENODEV (@dev is not a PCI function), -ENOMEM.
  */
 int p2pdirect_peer_dma_map(struct p2pdirect_peer_mem *mem, struct device *dev,
 			   struct p2pdirect_peer_seg *segs, unsigned int max_segs);
 
-/* Undoes p2pdirect_peer_dma_map() (nothing if not mapped). */
+/*
+ * Undoes p2pdirect_peer_dma_map() (nothing if not mapped). This call, the
+ * map and the page size take only a @mem that p2pdirect_peer_get() returned
+ * and that was not put (no NULL or ERR_PTR); the put and the unregistering
+ * take NULL and ERR_PTR too, and do nothing with them.
+ */
 void p2pdirect_peer_dma_unmap(struct p2pdirect_peer_mem *mem);
 
 /* The page size of the memory (0 once invalidated). */

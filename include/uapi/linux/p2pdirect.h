@@ -217,7 +217,10 @@ struct p2pdirect_client_info {
  *               PUBLISHED providers the size of the BAR that holds the pool
  * @bytes_free: of which free now; for PUBLISHED providers an upper bound (the
  *              owning driver and other users allocate from the same pool)
- * @bytes_used: of which p2pdirect's open files hold now
+ * @bytes_used: of which p2pdirect's open files hold now: the sizes of
+ *              their allocations (on a PUBLISHED provider an allocation
+ *              aligned past a page takes up to its alignment more from the
+ *              pool, which is not counted here)
  * @num_clients: valid entries in @clients
  * @pad: zero
  * @clients: reachability of every NVMe controller present

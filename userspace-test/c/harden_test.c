@@ -1135,23 +1135,38 @@ TEST_F(hd, pin_cap_counts_pinned_pages)
 	EXPECT_EQ(0, free_handle(self->dev, b.handle));
 }
 
-/* A file holds at most 4096 registrations: the next gets ENOSPC. */
+/*
+ * A file holds at most 4096 registrations, live or invalidated: the next
+ * gets ENOSPC, until a DEREGISTER (also of an invalidated one) frees a place.
+ */
 TEST_F_TIMEOUT(hd, registrations_per_file_bounded, 300)
 {
-	struct p2pdirect_alloc a;
+	struct p2pdirect_alloc a, b;
+	struct p2pdirect_reg_id first = { 0 };
 	int dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
-	__u8 *m;
+	__u8 *m, *n;
 
 	ASSERT_GE(dev, 0);
 	ASSERT_EQ(0, alloc_on(dev, &self->gpu[0], 64 * KiB, &a));
 	m = map_alloc(dev, &a);
 	ASSERT_NE(MAP_FAILED, m);
-	for (int i = 0; i < MAX_REGS; i++)
+	ASSERT_EQ(0, reg(dev, m, 1, &first.id));
+	for (int i = 1; i < MAX_REGS; i++)
 		ASSERT_EQ(0, reg(dev, m + i, 1, NULL));
 	EXPECT_EQ(-ENOSPC, reg(dev, m + 8192, 1, NULL));
 	/* What the file holds comes before the memory: RAM, not ENXIO. */
 	EXPECT_EQ(-ENOSPC, reg(dev, &a, sizeof(a), NULL));
 	munmap(m, a.size);
+	/* Invalidated by FREE, they still hold their places. */
+	EXPECT_EQ(0, free_handle(dev, a.handle));
+	ASSERT_EQ(0, alloc_on(dev, &self->gpu[0], 64 * KiB, &b));
+	n = map_alloc(dev, &b);
+	ASSERT_NE(MAP_FAILED, n);
+	EXPECT_EQ(-ENOSPC, reg(dev, n, 1, NULL));
+	EXPECT_EQ(P2PDIRECT_REG_DEAD, reg_state(dev, first.id));
+	EXPECT_EQ(0, ioctl(dev, P2PDIRECT_IOC_DEREGISTER, &first));
+	EXPECT_EQ(0, reg(dev, n, 1, NULL));
+	munmap(n, b.size);
 	/* Closing drops them all. */
 	close(dev);
 }

@@ -17,6 +17,9 @@ echo "== host-side checks =="
 grep -E '^(not )?ok' "$run/host.tap" | sed 's/^/  /'
 "$here/vm-verdict.sh" "$run" | grep -E '^(not )?ok' | sed 's/^/  /'
 fails=$(cat "$run/host.tap" <("$here/vm-verdict.sh" "$run") | grep -c '^not ok')
+# A step of the guest's report that failed fails the demo too.
+guest_fails=$(grep -cE '^(module: insmod FAILED|p2pd (bench|verify): FAILED)' "$run/demo.log")
+fails=$((fails + guest_fails))
 # The DMACHECK lines of host.tap: "... -> gpu:BDF[ (reads only)]: N commands, N data pointers, all in BAR2 [..]".
 proof=$(python3 - "$run/host.tap" <<'PY'
 import re, sys

@@ -7,6 +7,11 @@ set -euo pipefail
 pkgs=(rustc-web rust-web-src rust-web-clippy libclang-19-dev clang-19 lld-19 llvm-19
       qemu-system-x86 busybox-static bc bison flex libelf-dev libssl-dev
       cpio kmod xz-utils python3 gcc make librsvg2-bin e2fsprogs xfsprogs dmsetup liburing-dev)
+# cargo builds bindgen-cli and the userspace crate: rustup's if it is on the
+# PATH, else Debian's (cargo-web, the same release as rustc-web); rustfmt
+# for the lint likewise.
+command -v cargo >/dev/null || pkgs+=(cargo-web)
+command -v rustfmt >/dev/null || pkgs+=(rustfmt-web)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -31,7 +36,7 @@ fi
 want_bindgen=0.71.1
 if ! "$BINDGEN" --version 2>/dev/null | grep -q "$want_bindgen"; then
 	log "building bindgen-cli $want_bindgen (about 75 s)"
-	command -v cargo >/dev/null || die "cargo not found (rustup's cargo builds bindgen-cli)"
+	command -v cargo >/dev/null || die "cargo not found (rustup's, or Debian's cargo-web)"
 	cargo install --quiet --locked --root "$P2P_CACHE/cargo" "bindgen-cli@$want_bindgen"
 fi
 "$BINDGEN" --version >/dev/null || die "bindgen not usable at $BINDGEN"

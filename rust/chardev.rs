@@ -11,10 +11,9 @@ use crate::{
     error::refuse,
     ffi::FileMapping,
     registration::{self, FileRegs, RegIndex},
-    storage::{DmaHints, IoOwner},
+    storage::{DmaHints, IoOwner, UringShared},
     sys::{dma_buf::NewBuf, miscdev::OwnedMiscDevice, vma},
 };
-use core::sync::atomic::AtomicU32;
 use kernel::{
     fs::File,
     miscdevice::MiscDeviceOptions,
@@ -46,8 +45,8 @@ pub(crate) struct OpenFile {
     /// The same by id, for I/O (changed under `regs`, read with no lock).
     #[pin]
     reg_index: RegIndex,
-    /// io_uring commands of this file in flight.
-    uring_inflight: Arc<AtomicU32>,
+    /// This file's io_uring commands in flight.
+    uring: Arc<UringShared>,
     /// The DMA devices of the block devices of its I/O (see storage).
     #[pin]
     dma_hints: DmaHints,
@@ -66,8 +65,8 @@ impl IoOwner for OpenFile {
         &self.dma_hints
     }
 
-    fn uring_inflight(&self) -> &Arc<AtomicU32> {
-        &self.uring_inflight
+    fn uring(&self) -> &Arc<UringShared> {
+        &self.uring
     }
 }
 
@@ -115,14 +114,7 @@ impl OpenFile {
     /// P2PDIRECT_IOC_REGISTER: returns (id, client).
     pub(crate) fn register(&self, addr: u64, size: u64, write: bool) -> Result<(u64, u32)> {
         let cap = crate::max_pinned_bytes();
-        registration::register(
-            &mut self.regs.lock(),
-            &self.reg_index,
-            addr,
-            size,
-            write,
-            cap,
-        )
+        registration::register(&self.regs, &self.reg_index, addr, size, write, cap)
     }
 
     /// P2PDIRECT_IOC_DEREGISTER: returns the state the registration had.
@@ -174,7 +166,7 @@ impl OpenFile {
                 allocs <- new_mutex!(KVec::new()),
                 regs <- new_mutex!(FileRegs::new()),
                 reg_index <- RegIndex::new(),
-                uring_inflight: Arc::new(AtomicU32::new(0), GFP_KERNEL)?,
+                uring: Arc::pin_init(UringShared::new(), GFP_KERNEL)?,
                 dma_hints <- DmaHints::new(),
             }),
             GFP_KERNEL,

@@ -876,12 +876,11 @@ impl Allocation {
                 // memory not to be had now: `ENOMEM`, as the pool's own.
                 let held = own.try_hold(skip, size as usize).map_err(|_| ENOMEM)?;
                 let bus = first + skip as u64;
+                // The pool is expected in the published BAR; memory of it
+                // anywhere else is not to be had here (`held` goes back).
+                let offset = bus.checked_sub(provider.bus_addr).ok_or(ENOMEM)?;
                 provider.inner.lock().published_used += size;
-                (
-                    Backing::Published { own, held },
-                    bus,
-                    bus - provider.bus_addr,
-                )
+                (Backing::Published { own, held }, bus, offset)
             }
         };
         // The previous owner's data never shows (GPU drivers zero between

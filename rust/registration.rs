@@ -156,8 +156,15 @@ pub(crate) type RegIndex = RcuMap<RegEntry>;
 /// REGISTER: pins `[addr, addr + size)` for the file owning `regs` and
 /// `index`, whose live registrations may pin at most `cap` bytes. Returns
 /// (id, client).
+///
+/// The memory is looked up and pinned with no lock of the file held:
+/// pinning may fault user memory in, and a fault may wait for as long as
+/// whoever serves it likes (a FUSE daemon, a userfaultfd handler). Every
+/// other command of a process sharing the file must not wait for that. So
+/// the file's limits are checked before the memory (the header's order),
+/// and again once it is pinned, under the lock that adds the registration.
 pub(crate) fn register(
-    regs: &mut FileRegs,
+    regs: &Mutex<FileRegs>,
     index: &RegIndex,
     addr: u64,
     size: u64,
@@ -165,51 +172,27 @@ pub(crate) fn register(
     cap: u64,
 ) -> Result<(u64, u32)> {
     let range = UserRange::new(addr, size)?;
-    // A dead registration of the same range (its memory was freed) does
-    // not stand in the way of a new one.
-    if regs.list.iter().any(|r| r.range == range && r.is_live()) {
-        return Err(EEXIST);
-    }
-    if regs.list.len() >= MAX_PER_FILE {
-        refuse!(
-            ENOSPC,
-            "REGISTER refused: the file holds {} registrations already\n",
-            MAX_PER_FILE
-        );
-    }
-    // Whole pages are pinned, so whole pages count.
-    let counter = match regs.pinned.as_ref() {
-        Some(c) => c.clone(),
-        None => {
-            let c = Arc::new(Atomic::new(0u64), GFP_KERNEL)?;
-            regs.pinned = Some(c.clone());
-            c
-        }
-    };
-    let pinned = counter.load(Relaxed);
     let span = range.pinned_bytes();
-    if pinned.checked_add(span).is_none_or(|total| total > cap) {
-        refuse!(
-            edquot(),
-            "REGISTER refused: {} + {} bytes pinned would pass max_pinned_mib\n",
-            pinned,
-            span
-        );
-    }
-    let mut claim = peer_mem::acquire(range)?;
-    claim.check_io()?;
-    claim.get_pages(write)?;
+    // The file's limits, and its quota taken for the range (given back if
+    // the REGISTER fails), before the memory is looked up.
+    let charge = {
+        let mut regs = regs.lock();
+        let counter = admit(&mut regs, range)?;
+        reserve(counter, span, cap)?
+    };
+    // Memory freed meanwhile may have waited for this pin only.
+    let (claim, io) = pin(range, write).inspect_err(|_| crate::devmem::reap())?;
     let (client, state) = (claim.client_id, claim.devmem_state());
     let foreign = claim.foreign_provider();
-    let io = claim.pages()?;
     let pinned = Pinned::new(io.provider(), span);
-    // Checked above under the file's registration lock, which every
-    // REGISTER of the file holds: no other can pass the cap meanwhile.
-    counter.fetch_add(span, Relaxed);
-    let charge = Charge {
-        counter,
-        bytes: span,
-    };
+    let mut regs = regs.lock();
+    // Again: another REGISTER of the file may have come in meanwhile.
+    if let Err(e) = admit(&mut regs, range) {
+        drop(regs);
+        drop((claim, io, pinned, charge));
+        crate::devmem::reap();
+        return Err(e);
+    }
     let id = NEXT_REG.fetch_add(1, Relaxed);
     let entry_state = state.clone();
     let entry = Arc::pin_init(
@@ -246,6 +229,62 @@ pub(crate) fn register(
     })?;
     regs.list.push_within_capacity(entry).map_err(|_| ENOMEM)?;
     Ok((id, client))
+}
+
+/// The file's limits for a new registration of `range`: no live one of the
+/// same range (a dead one, whose memory was freed, does not stand in the
+/// way), and a place left. Returns the file's pinned-bytes counter.
+fn admit(regs: &mut FileRegs, range: UserRange) -> Result<Arc<Atomic<u64>>> {
+    if regs.list.iter().any(|r| r.range == range && r.is_live()) {
+        return Err(EEXIST);
+    }
+    if regs.list.len() >= MAX_PER_FILE {
+        refuse!(
+            ENOSPC,
+            "REGISTER refused: the file holds {} registrations already\n",
+            MAX_PER_FILE
+        );
+    }
+    match regs.pinned.as_ref() {
+        Some(c) => Ok(c.clone()),
+        None => {
+            let c = Arc::new(Atomic::new(0u64), GFP_KERNEL)?;
+            regs.pinned = Some(c.clone());
+            Ok(c)
+        }
+    }
+}
+
+/// Charges `span` bytes (whole pages are pinned, so whole pages count) to
+/// the file's `counter` if that stays within `cap`. Called under the file's
+/// registration lock, which every REGISTER of the file holds while it
+/// charges: no other can pass the cap meanwhile.
+fn reserve(counter: Arc<Atomic<u64>>, span: u64, cap: u64) -> Result<Charge> {
+    let pinned = counter.load(Relaxed);
+    if pinned.checked_add(span).is_none_or(|total| total > cap) {
+        refuse!(
+            edquot(),
+            "REGISTER refused: {} + {} bytes pinned would pass max_pinned_mib\n",
+            pinned,
+            span
+        );
+    }
+    counter.fetch_add(span, Relaxed);
+    Ok(Charge {
+        counter,
+        bytes: span,
+    })
+}
+
+/// The memory of `range`, claimed by the client that owns it, pinned (for
+/// devices to write into it if `write`), and its pages. On failure the
+/// claim is let go.
+fn pin(range: UserRange, write: bool) -> Result<(Claim, ffi::Pages)> {
+    let mut claim = peer_mem::acquire(range)?;
+    claim.check_io()?;
+    claim.get_pages(write)?;
+    let io = claim.pages()?;
+    Ok((claim, io))
 }
 
 /// A registration DEREGISTER took out of its file, still held by I/O that

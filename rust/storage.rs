@@ -41,6 +41,7 @@ use crate::{
     sys::{
         bio::{self, AsyncBatch, AsyncOwner, Batch, BioPages, BuildBios},
         blkdev::{BlockDevice, DmaDevices},
+        box_cache::{self, BoxCache},
         fs::{AsyncRw, AsyncRwOwner, Issued},
         pci_p2pdma::LocatedPci,
         uapi,
@@ -117,8 +118,34 @@ pub(crate) trait IoOwner {
     fn registration_pages(&self, id: u64, check: &dyn Fn(&RegEntry) -> Result) -> Result<Pages>;
     /// The file's hints of the DMA devices of its I/O targets.
     fn dma_hints(&self) -> &DmaHints;
-    /// The file's count of io_uring commands in flight.
-    fn uring_inflight(&self) -> &Arc<AtomicU32>;
+    /// What the file shares with its io_uring commands in flight.
+    fn uring(&self) -> &Arc<UringShared>;
+}
+
+/// Spare batches a file keeps for its io_uring commands (see
+/// [`UringShared`]).
+const URING_SPARE_BATCHES: usize = 64;
+
+/// What a `/dev/p2pdirect` file shares with its io_uring commands in
+/// flight: their count, and the memory of the state of up to
+/// `URING_SPARE_BATCHES` finished raw-namespace commands, which the next
+/// ones reuse instead of allocating (a command's state is a few hundred
+/// bytes; the memory goes when the file does).
+#[pin_data]
+pub(crate) struct UringShared {
+    inflight: AtomicU32,
+    #[pin]
+    batches: BoxCache<AsyncBatch<UringIo>>,
+}
+
+impl UringShared {
+    /// No command in flight, no spare memory.
+    pub(crate) fn new() -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            inflight: AtomicU32::new(0),
+            batches <- BoxCache::new(URING_SPARE_BATCHES),
+        }? Error)
+    }
 }
 
 /// A place among the io_uring commands a file may have in flight
@@ -126,19 +153,20 @@ pub(crate) trait IoOwner {
 /// count is a core atomic: it is taken and given back once per command, and
 /// the kernel crate's `Atomic` is an out-of-line call per operation in these
 /// kernels.
-pub(crate) struct UringSlot(Arc<AtomicU32>);
+pub(crate) struct UringSlot(Arc<UringShared>);
 
 impl UringSlot {
     /// Takes a place; `EBUSY` if all are taken.
-    fn take(count: &Arc<AtomicU32>) -> Result<Self> {
+    fn take(shared: &Arc<UringShared>) -> Result<Self> {
         let max = uapi::P2PDIRECT_URING_MAX_INFLIGHT;
+        let count = &shared.inflight;
         let mut n = count.load(Relaxed);
         loop {
             if n >= max {
                 return Err(EBUSY);
             }
             match count.compare_exchange(n, n + 1, Acquire, Relaxed) {
-                Ok(_) => return Ok(Self(count.clone())),
+                Ok(_) => return Ok(Self(shared.clone())),
                 Err(now) => n = now,
             }
         }
@@ -147,7 +175,7 @@ impl UringSlot {
 
 impl Drop for UringSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Release);
+        self.0.inflight.fetch_sub(1, Release);
     }
 }
 
@@ -196,7 +224,7 @@ pub(crate) fn submit_uring(me: &dyn IoOwner, req: &Request, cmd: &mut UringCmd) 
         let start = Instant::<Monotonic>::now();
         return post_now(cmd, req.write, &Keys::default(), Err(e), start);
     }
-    let slot = UringSlot::take(me.uring_inflight()).inspect_err(|_| {
+    let slot = UringSlot::take(me.uring()).inspect_err(|_| {
         if crate::sys::ratelimit::allow() {
             pr_info!(
                 "{}: {} io_uring commands of this /dev/p2pdirect file are in flight already\n",
@@ -247,7 +275,7 @@ pub(crate) fn submit_uring(me: &dyn IoOwner, req: &Request, cmd: &mut UringCmd) 
     let write = d.write;
     let op = d.file.bio_op(write);
     let (io, pages) = UringIo::new(d, &keys, start, slot);
-    let mut batch = match AsyncBatch::new(io, pages, op) {
+    let mut batch = match AsyncBatch::new(io, pages, op, &me.uring().batches) {
         Ok(b) => b,
         Err(e) => {
             record(write, &keys, &Err(e), start);
@@ -290,7 +318,7 @@ struct UringIo {
     _pinned: Option<Pinned>,
     keys: Keys,
     start: Instant<Monotonic>,
-    _slot: UringSlot,
+    slot: UringSlot,
     /// Set before the I/O goes; taken by its completion, which always
     /// finds it (the I/O completes once).
     cmd: Option<PendingCmd>,
@@ -321,7 +349,7 @@ impl UringIo {
             _pinned: pinned,
             keys: keys.clone(),
             start,
-            _slot: slot,
+            slot,
             cmd: None,
         };
         (io, mem.pages)
@@ -389,8 +417,10 @@ impl TaskWork for AsyncBatch<UringIo> {
     // The bios are done: finishing only counts and drops the cache range,
     // which is right whoever runs it.
     fn run(self: KBox<Self>, _cancel: bool) -> (i32, u64) {
-        let bios = self.result();
-        let (io, built) = KBox::into_inner(self).into_parts();
+        let (batch, spare) = box_cache::split(self);
+        let bios = batch.result();
+        let (io, built) = batch.into_parts();
+        io.slot.0.batches.keep(spare);
         let (queued, build_err) = built.unwrap_or((0, Some(EINVAL)));
         // As `bdev_io`: a WRITE drops the range from the cache after its
         // bios too, whatever became of them.
@@ -575,10 +605,12 @@ impl Direct {
 /// by the CPU) did, `done` saying the rest; sends the file's event.
 fn moved(file: &IoFile, write: bool, done: Done, bytes: u64, zeroed: u64) -> Done {
     notify(file, bytes, write);
+    // No more than moved, whatever the file system's SEEK_HOLE said.
+    let zeroed = zeroed.min(bytes);
     Done {
         bytes,
         zeroed,
-        p2p: bytes - zeroed,
+        p2p: bytes.saturating_sub(zeroed),
         ..done
     }
 }
@@ -643,6 +675,9 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
         file.rw_verify(req.file_offset, req.size, req.write)?;
     }
     let mem = resolve_memory(me, req, &lim)?;
+    let provider = mem.pages.provider();
+    // Found: a failure from here on counts in the provider's row too.
+    keys.provider = Some(provider);
     if past_end {
         return if req.write {
             Err(ENOSPC)
@@ -650,8 +685,6 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
             Ok(Planned::Done(Done::default()))
         };
     }
-    let provider = mem.pages.provider();
-    keys.provider = Some(provider);
     // A registration counts its pinned bytes itself.
     let pinned =
         (req.flags & uapi::P2PDIRECT_IO_REGISTERED == 0).then(|| Pinned::new(provider, len));
@@ -1367,18 +1400,18 @@ mod tests {
 
     #[test]
     fn uring_slots_are_bounded() {
-        let count = Arc::new(AtomicU32::new(0), GFP_KERNEL).expect("allocation");
+        let shared = Arc::pin_init(UringShared::new(), GFP_KERNEL).expect("allocation");
         let max = uapi::P2PDIRECT_URING_MAX_INFLIGHT;
         let mut held = KVec::new();
         for _ in 0..max {
-            held.push(UringSlot::take(&count).expect("a free slot"), GFP_KERNEL)
+            held.push(UringSlot::take(&shared).expect("a free slot"), GFP_KERNEL)
                 .expect("allocation");
         }
-        assert_eq!(UringSlot::take(&count).err(), Some(EBUSY));
+        assert_eq!(UringSlot::take(&shared).err(), Some(EBUSY));
         held.pop();
-        assert_eq!(count.load(Relaxed), max - 1);
-        assert!(UringSlot::take(&count).is_ok());
+        assert_eq!(shared.inflight.load(Relaxed), max - 1);
+        assert!(UringSlot::take(&shared).is_ok());
         drop(held);
-        assert_eq!(count.load(Relaxed), 0);
+        assert_eq!(shared.inflight.load(Relaxed), 0);
     }
 }

@@ -6,6 +6,7 @@
 
 pub(crate) mod bio;
 pub(crate) mod blkdev;
+pub(crate) mod box_cache;
 pub(crate) mod dma;
 pub(crate) mod dma_buf;
 pub(crate) mod file;

@@ -440,6 +440,49 @@ p2pd_bench_no_p2pmem() {
 		--only upstream-uring-p2pmem --qd 1 2>/tmp/err
 	[ $? -eq 1 ] && grep -q 'publishes no P2P memory' /tmp/err
 }
+# bench --only that matches no run: refused, and --out creates no file.
+p2pd_bench_no_run() {
+	rm -f /tmp/none.json
+	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --only nothing-matches \
+		--out /tmp/none.json 2>/tmp/err
+	rc=$?
+	cat /tmp/err
+	[ $rc -eq 1 ] && grep -q -- '--only matches no run' /tmp/err && [ ! -e /tmp/none.json ]
+}
+# A multipath head's distance is its paths' (the longest): NSID 5's paths
+# all reach the GPUs, one of NSID 6's does not.
+p2pd_info_heads() {
+	p2pd_json info || return 1
+	h5=$(basename "$(ns_dev 5)") && h6=$(basename "$(ns_dev 6)") || return 1
+	grep -o '"distance":{[^}]*}' /tmp/json.out
+	grep -q "\"$h5\":[0-9]" /tmp/json.out && grep -q "\"$h6\":null" /tmp/json.out
+}
+# version, info and stats open the device read-only: a node made readable
+# serves them to an ordinary user; stats --reset needs write access.
+p2pd_read_only() {
+	mode=$(stat -c %a /dev/p2pdirect) || return 1
+	chmod 0644 /dev/p2pdirect || return 1
+	su -s /bin/sh nobody -c '/tests/p2pd version && /tests/p2pd info && /tests/p2pd stats' \
+		>/tmp/ro.out 2>&1
+	rc=$?
+	su -s /bin/sh nobody -c '/tests/p2pd stats --reset' >/tmp/ro2.out 2>&1
+	rc2=$?
+	chmod "$mode" /dev/p2pdirect
+	tail -n 3 /tmp/ro.out
+	cat /tmp/ro2.out
+	[ $rc -eq 0 ] && [ $rc2 -eq 1 ] && grep -q '^p2pd: /dev/p2pdirect: Permission denied' /tmp/ro2.out
+}
+# verify and bench write over the namespace's data: a mounted one (NSID 2,
+# ext4) is refused before anything is allocated or written.
+p2pd_in_use() {
+	ns=$(ns_dev 2) || return 1
+	for c in verify bench; do
+		/tests/p2pd $c --dev "$ns" 2>/tmp/err
+		rc=$?
+		cat /tmp/err
+		[ $rc -eq 1 ] && grep -q "^p2pd: $ns: in use (mounted" /tmp/err || return 1
+	done
+}
 p2pd_bad_qd() {
 	/tests/p2pd bench --qd 0 2>/tmp/err
 	[ $? -eq 2 ] && grep -q -- '--qd must be 1..256' /tmp/err
@@ -477,6 +520,13 @@ p2pd_suite() {
 		p2pd_published_gpu
 	check "p2pd with an unknown option: usage, exit 2" sh -c '/tests/p2pd info --bogus; [ $? -eq 2 ]'
 	check "p2pd bench --qd 0: clear error, exit 2" p2pd_bad_qd
+	check "p2pd info: a multipath head's distance is its paths', null if one is out of reach" \
+		p2pd_info_heads
+	check "p2pd bench --only matching nothing: refused, no --out file left" p2pd_bench_no_run
+	check "p2pd version, info, stats: read-only open, for a readable node; stats --reset needs write" \
+		p2pd_read_only
+	check "p2pd verify and bench of a mounted namespace: refused as in use, nothing written" \
+		p2pd_in_use
 	check "p2pd help, p2pd help bench, p2pd bench --help: usage on stdout, exit 0" p2pd_help
 	check "p2pd --dev --json: --dev needs a value, exit 2; bad --size and --gpu named" \
 		p2pd_missing_value

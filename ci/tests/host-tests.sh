@@ -404,5 +404,17 @@ out=$(matrix CI=true P2PDIRECT_CI_BUDGET=01000 STUB_BG=0 STUB_RUN=0)
 echo "$out" | grep -q '^# vm timeout 8[0-9][0-9]$' && [ "$(echo "$out" | tail -n 1)" = "3 passed, 0 failed" ] &&
 	ok "matrix: a budget with a leading zero is decimal" ||
 	notok "matrix: a budget with a leading zero is decimal ($(echo "$out" | grep -e 'vm timeout' -e passed | tr '\n' ' '))"
+# make check and make check-matrix run every suite: the README's Makefile
+# with stub scripts that print the suites they were asked to limit to.
+mkdir -p "$tmp/mk/ci"
+cp "$ci/../Makefile" "$tmp/mk/"
+for s in check check-matrix; do
+	printf '#!/bin/sh\necho "only=${P2PDIRECT_ONLY-unset}"\n' >"$tmp/mk/ci/$s.sh"
+	chmod +x "$tmp/mk/ci/$s.sh"
+done
+out=$(P2PDIRECT_ONLY=c-abi make -s -C "$tmp/mk" check check-matrix 2>&1)
+[ "$out" = "$(printf 'only=unset\nonly=unset')" ] &&
+	ok "make check and check-matrix run every suite whatever P2PDIRECT_ONLY says" ||
+	notok "make check and check-matrix run every suite whatever P2PDIRECT_ONLY says ($out)"
 echo "1..$n"
 exit 0

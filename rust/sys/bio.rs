@@ -30,7 +30,7 @@ use kernel::{
     bindings, error::to_result, ffi::c_void, page::BorrowedPage, prelude::*, types::Opaque,
 };
 
-use super::blkdev::BlockDevice;
+use super::{blkdev::BlockDevice, box_cache::BoxCache};
 
 /// Pages a bio may carry: a byte range held (pinned, or owned) for at least
 /// as long as the value lives.
@@ -654,9 +654,15 @@ pub(crate) struct AsyncBatch<O: AsyncOwner> {
 }
 
 impl<O: AsyncOwner> AsyncBatch<O> {
-    /// A batch for `owner`'s block device and `pages`, one way.
-    pub(crate) fn new(owner: O, pages: O::Pages, op: Op) -> Result<KBox<Self>> {
-        Ok(KBox::new(
+    /// A batch for `owner`'s block device and `pages`, one way, in a box
+    /// from `cache` (see [`BoxCache::alloc`]).
+    pub(crate) fn new(
+        owner: O,
+        pages: O::Pages,
+        op: Op,
+        cache: &BoxCache<Self>,
+    ) -> Result<KBox<Self>> {
+        Ok(cache.alloc(
             Self {
                 owner,
                 pages: Some(pages),

@@ -442,8 +442,16 @@ pub(crate) fn hole_bytes(file: &File, pos: u64, len: u64) -> Result<u64> {
                 break;
             }
         };
+        // A file system's answers only move forward; one that does not (a
+        // FUSE daemon's, say) ends the count, the rest counted as data.
+        if data < p {
+            break;
+        }
         holes += data - p;
-        p = seek(data, bindings::SEEK_HOLE)?.ok_or(ENXIO)?;
+        match seek(data, bindings::SEEK_HOLE)?.ok_or(ENXIO)? {
+            hole if hole > data => p = hole,
+            _ => break,
+        }
     }
     Ok(holes as u64)
 }

@@ -32,11 +32,13 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/fs.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -552,6 +554,100 @@ TEST_F(stk, partition_end)
 	rec_nvme(7, base + size - half, half, 0x74, size - half);
 	rec_dma(7, base + size - half, half, self->bdf, "write");
 	EXPECT_EQ(-ENOSPC, io(self, 1, fd, 0, MiB, MiB, size, &r));
+	close(fd);
+}
+
+struct reg_call {
+	int dev;
+	__u64 addr;
+	int ret;
+	int err;
+};
+
+static void *register_thread(void *p)
+{
+	struct reg_call *c = p;
+	struct p2pdirect_register r = { .addr = c->addr, .size = 4096 };
+
+	c->ret = ioctl(c->dev, P2PDIRECT_IOC_REGISTER, &r);
+	c->err = errno;
+	return NULL;
+}
+
+static void *query_thread(void *p)
+{
+	struct reg_call *c = p;
+	struct p2pdirect_reg_id q = { .id = 1ull << 62 };
+
+	c->ret = ioctl(c->dev, P2PDIRECT_IOC_REG_QUERY, &q);
+	c->err = errno;
+	return NULL;
+}
+
+/* dmsetup @verb of the dm device at @path. */
+static int dm(const char *verb, const char *path)
+{
+	char cmd[PATH_MAX + 64];
+
+	snprintf(cmd, sizeof(cmd), "dmsetup %s --noudevsync %s 2>/tmp/dmsetup.err", verb,
+		 basename((char *)path));
+	return system(cmd);
+}
+
+/*
+ * REGISTER looks the memory up with no lock of the file held: a REGISTER
+ * whose page fault waits (here for a suspended dm device; a FUSE daemon or
+ * a userfaultfd handler can make it wait as long as it likes) does not hold
+ * up the file's other commands, in another thread or in another process
+ * sharing the file. Until ABI 1.17 a REG_QUERY, DEREGISTER or REGISTER
+ * waited for that fault, unkillable.
+ */
+TEST_F(stk, register_fault_does_not_block_the_file)
+{
+	const char *path = getenv("P2P_DM_LINEAR");
+	struct reg_call reg = { .dev = self->dev }, query = { .dev = self->dev };
+	struct timespec until;
+	pthread_t rt, qt;
+	int fd, joined = -1;
+	bool r_started, q_started = false;
+	void *m;
+
+	ASSERT_NE(NULL, path);
+	fd = open(path, O_RDONLY);
+	ASSERT_LE(0, fd);
+	/* Nothing of it in the page cache: the fault must read the device. */
+	ASSERT_EQ(0, ioctl(fd, BLKFLSBUF, 0));
+	m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 8 * MiB);
+	ASSERT_NE(MAP_FAILED, m);
+	reg.addr = (uintptr_t)m;
+	ASSERT_EQ(0, dm("suspend", path));
+	/* Until the resume: no ASSERT, which would leave the device suspended. */
+	r_started = !pthread_create(&rt, NULL, register_thread, &reg);
+	EXPECT_TRUE(r_started);
+	if (r_started) {
+		usleep(500 * 1000);	/* the REGISTER is in its fault, waiting */
+		q_started = !pthread_create(&qt, NULL, query_thread, &query);
+		EXPECT_TRUE(q_started);
+	}
+	if (q_started) {
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 10;
+		joined = pthread_timedjoin_np(qt, NULL, &until);
+		EXPECT_EQ(0, joined) TH_LOG("REG_QUERY waited for another thread's REGISTER fault");
+		/* And the REGISTER was still in its fault meanwhile. */
+		EXPECT_EQ(EBUSY, pthread_tryjoin_np(rt, NULL));
+	}
+	EXPECT_EQ(0, dm("resume", path));
+	if (r_started)
+		pthread_join(rt, NULL);
+	if (q_started && joined)
+		pthread_join(qt, NULL);
+	EXPECT_EQ(-1, query.ret);
+	EXPECT_EQ(ENOENT, query.err);
+	/* Page-cache pages: no client claims them. */
+	EXPECT_EQ(-1, reg.ret);
+	EXPECT_EQ(ENXIO, reg.err);
+	munmap(m, 4096);
 	close(fd);
 }
 

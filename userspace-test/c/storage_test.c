@@ -839,6 +839,42 @@ TEST_F(st, statistics)
 }
 
 /*
+ * A WRITE at a raw namespace's end fails once its memory was found: it
+ * counts as a failed WRITE in the provider's row as well as the block
+ * device's, as the header says (until 1.17 only in the block device's).
+ */
+TEST_F(st, statistics_write_at_the_end_counts_for_the_provider)
+{
+	struct p2pdirect_stat rows[P2PDIRECT_STATS_MAX_ENTRIES], *prov, *blk;
+	struct dbuf b;
+	struct stat st;
+	__u64 size;
+	int fd, n;
+
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], 64 * KiB, &b));
+	fd = open(self->ns1, O_RDWR | O_DIRECT);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, fstat(fd, &st));
+	ASSERT_EQ(0, ioctl(fd, BLKGETSIZE64, &size));
+	ASSERT_GE(stats(self->dev, rows, P2PDIRECT_STATS_MAX_ENTRIES, P2PDIRECT_STATS_RESET), 0);
+	EXPECT_EQ(-ENOSPC, rw(self->dev, true, fd, 0, (uintptr_t)b.p, 4096, size, 0, NULL));
+	n = stats(self->dev, rows, P2PDIRECT_STATS_MAX_ENTRIES, 0);
+	ASSERT_GT(n, 0);
+	prov = stat_row(rows, n, P2PDIRECT_STAT_PROVIDER, self->gpu[0].pci);
+	blk = stat_row(rows, n, P2PDIRECT_STAT_BLOCK,
+		       (major(st.st_rdev) << 20) | minor(st.st_rdev));
+	ASSERT_NE(NULL, prov);
+	ASSERT_NE(NULL, blk);
+	EXPECT_EQ(1u, prov->writes);
+	EXPECT_EQ(1u, prov->errors);
+	EXPECT_EQ(0u, prov->bytes_written);
+	EXPECT_EQ(1u, blk->writes);
+	EXPECT_EQ(1u, blk->errors);
+	close(fd);
+	EXPECT_EQ(0, dbuf_free(self->dev, &b));
+}
+
+/*
  * STATS with RESET resets the entries it copied out: the ones past the
  * caller's capacity keep their counts (ABI 1.10).
  */

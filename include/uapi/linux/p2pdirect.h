@@ -13,7 +13,7 @@
  *    zero on output;
  *  - new behaviour gets a new command number or flag; the ABI major changes
  *    only when an existing command changes meaning, the minor when commands,
- *    flags or documented behaviours are added (1.6, 1.7 and 1.10 to 1.16
+ *    flags or documented behaviours are added (1.6, 1.7 and 1.10 to 1.17
  *    added behaviours and no command).
  *
  * Errors common to every command:
@@ -80,6 +80,18 @@
  * it). An io_uring READ or WRITE with unknown flags
  * or size 0 gets -EINVAL also when the file's commands in flight are at
  * P2PDIRECT_URING_MAX_INFLIGHT; before, -EBUSY.
+ *
+ * ABI 1.17 (no new command, same structs): REGISTER looks up and pins its
+ * memory with no lock of the file held, so a REGISTER whose page fault
+ * waits (a FUSE daemon, a userfaultfd handler, a suspended device) no
+ * longer holds up the file's other REGISTER, DEREGISTER and REG_QUERY
+ * calls; the file's limits (-EEXIST, -ENOSPC, -EDQUOT) are checked before
+ * the memory, as before (the quota is taken for the range then, and given
+ * back if the REGISTER fails), and -EEXIST and -ENOSPC again once it is
+ * pinned. A WRITE at or past
+ * a raw block device's end (-ENOSPC) counts in the provider's STATS entry
+ * too, as the rule of struct p2pdirect_stat says; before, only in the
+ * block device's.
  *
  * ABI 1.15 (no new command, same structs): READ and WRITE of a regular file
  * (also through io_uring) hand the file system the memory's kernel
@@ -160,7 +172,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 16
+#define P2PDIRECT_ABI_MINOR 17
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -223,7 +235,11 @@ struct p2pdirect_client_info {
  *              pool, which is not counted here)
  * @num_clients: valid entries in @clients
  * @pad: zero
- * @clients: reachability of every NVMe controller present
+ * @clients: reachability of the NVMe controllers present (PCI class
+ *           NVMe), in the PCI core's enumeration order: at most
+ *           P2PDIRECT_MAX_CLIENTS of them, so on a machine with more the
+ *           rest are left out (DMA_PROBE, READ and WRITE check any
+ *           controller)
  */
 struct p2pdirect_provider_info {
 	__u32 index;
@@ -284,7 +300,9 @@ struct p2pdirect_list_providers {
  * not pass the mapping to the child (VM_DONTCOPY), and MADV_DOFORK cannot
  * undo that (-EINVAL: the kernel's rule for special mappings, VM_MIXEDMAP).
  * Before, this comment said a child given the mapping by MADV_DOFORK would
- * share the memory: no child can have it.
+ * share the memory: no child inherits the mapping. A child (or any process)
+ * that shares the open file itself (an inherited or passed fd) shares its
+ * allocations, as with any open file: it may mmap, REGISTER and FREE them.
  *
  * Errors: -EINVAL size 0, alignment not a power of two, flags set;
  * -ENOMEM not enough free memory on the provider (or a size larger than
@@ -292,7 +310,9 @@ struct p2pdirect_list_providers {
  * handle left (2^20 - 1 allocations alive). Checked in this order: -EINVAL
  * (since ABI 1.13; before, an unknown provider came first), -ENODEV, then
  * the memory and the handle.
- * The allocation belongs to the open file: close or exit frees it.
+ * The allocation belongs to the open file: its last close (or exit) frees
+ * it. A mapping holds the file, so while any mapping of the file's memory
+ * is left, that last close comes at the last munmap.
  */
 struct p2pdirect_alloc {
 	__u32 provider;
@@ -366,7 +386,10 @@ struct p2pdirect_dma_seg {
  * @size: in, bytes
  * @fd: in, an open block device whose DMA device (its NVMe controller) maps
  *      the range; for a stacked device (md, NVMe multipath) the controller
- *      of its first leg in name order, after every leg was checked
+ *      of its first leg in name order, after every leg with a PCI device
+ *      was checked (a leg with none, a loop device in an md array, is
+ *      passed over here; READ and WRITE refuse such an array, whose queue
+ *      takes no P2PDMA pages)
  * @flags: in, P2PDIRECT_PROBE_*
  * @segs: in, user pointer to @capacity struct p2pdirect_dma_seg
  * @capacity: in, room at @segs (0: only count)
@@ -383,7 +406,8 @@ struct p2pdirect_dma_seg {
  *
  * Errors: -ENXIO no client claims the range (not device memory: RAM, for
  * one); -EREMOTEIO the DMA device cannot reach the memory (P2P distance);
- * -EFAULT the range is not mapped or spans two mappings; -EDQUOT the range
+ * -EFAULT the range is not mapped or spans two mappings, or is mapped
+ * without PROT_WRITE and P2PDIRECT_PROBE_WRITE is set; -EDQUOT the range
  * would pin more than max_pinned_mib; -EBADF @fd is not open; -ENOTBLK @fd
  * is not a block device; -ENODEV no PCI device under @fd (a loop device, a
  * RAM disk; a stacked device whose legs are all gone); -ELOOP, -E2BIG a
@@ -421,8 +445,9 @@ struct p2pdirect_dma_probe {
  * @id: out, names the registration for DEREGISTER and REG_QUERY
  *
  * Pins the range once, through the peer-memory client that owns it, for
- * reuse by I/O. The registration belongs to the open file; close or exit
- * drops it. When the memory goes away (FREE, the owner's close or exit,
+ * reuse by I/O. The registration belongs to the open file; its last close
+ * or exit drops it (after the last munmap of the file's memory, as
+ * ALLOC says). When the memory goes away (FREE, the owner's close or exit,
  * device removal; for another provider's P2PDMA pages,
  * P2PDIRECT_CLIENT_P2PDMA_USER, that provider's driver about to unbind,
  * since ABI 1.14) the registration is invalidated: its pins are dropped and
@@ -442,7 +467,9 @@ struct p2pdirect_dma_probe {
  * a 2-byte range across a page boundary pins 8 KiB), or the range alone is
  * larger; -ENOSPC the file holds 4096 registrations already, live or
  * invalidated (DEREGISTER an invalidated one to free its place); -EFAULT the
- * range is not mapped, spans two mappings (or, for another provider's
+ * range is not mapped, or is mapped without PROT_WRITE and
+ * P2PDIRECT_REG_WRITE is set (it pins for writing), spans two mappings
+ * (or, for another provider's
  * P2PDMA pages, two P2PDMA regions: since ABI 1.14), or its memory was
  * freed (or its provider's driver began to unbind) while it was being
  * registered; -EOPNOTSUPP memory of a peer-memory client another
@@ -587,7 +614,9 @@ struct p2pdirect_reg_id {
  * report (ext4's block-mapped files written into a hole) is not seen.
  *
  * Errors: -EBADF @fd is not open, or lacks the access mode (WRITE on an
- * O_RDONLY fd, READ on an O_WRONLY fd); -EINVAL size 0, size or an offset
+ * O_RDONLY fd, READ on an O_WRONLY fd; tested before the kind, as read(2)
+ * and write(2) do: a WRITE to a directory opened O_RDONLY, or a READ from a
+ * pipe's write end, gets -EBADF); -EINVAL size 0, size or an offset
  * not a multiple of the logical block size, @fd not opened with O_DIRECT,
  * @fd a character device or another kind of file, unknown flags, pad;
  * -EISDIR @fd is a directory; -ESPIPE @fd is a pipe or socket;

@@ -1013,21 +1013,9 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             ns.name, ns.size
         ));
     }
-    // The JSON file is opened before the runs (a path that cannot be
-    // written is refused now, not after minutes of runs), but emptied only
-    // when the results are there: a bench that fails keeps an older file.
-    let json_file = match &args.out {
-        Some(path) => Some((
-            path,
-            fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?,
-        )),
-        None => None,
-    };
+    // The reads and writes go over the namespace's data: not while anyone
+    // uses it, and nobody may start to until the runs end.
+    let _claim = ns.claim()?;
     let p2pmem = ns
         .pci
         .map(|a| format!("/sys/bus/pci/devices/{a}/p2pmem/allocate"))
@@ -1104,6 +1092,23 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     if todo.is_empty() {
         return Err("--only matches no run (runs are named like 'p2pdirect seq-read-4K')".into());
     }
+    // The JSON file is opened before the runs (a path that cannot be
+    // written is refused now, not after minutes of runs), but after the
+    // choice of runs (a choice of none leaves no new empty file), and
+    // emptied only when the results are there: a bench that fails keeps an
+    // older file.
+    let json_file = match &args.out {
+        Some(path) => Some((
+            path,
+            fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
     // Each run is repeated, the rounds interleaved, and the median round
     // kept: a disturbance of the machine during one run (a VM's host is
     // never quiet) then moves no ratio.

@@ -188,19 +188,28 @@ impl Args {
         let providers = dev.providers().map_err(|e| e.to_string())?;
         // A namespace the provider the command uses reaches.
         let reach = |n: &Namespace| {
-            providers.iter().any(|p| {
-                p.index == gpu.index
-                    && p.clients
-                        .iter()
-                        .any(|c| Some(c.pci_addr) == n.pci && c.distance.is_some())
-            })
+            providers
+                .iter()
+                .any(|p| p.index == gpu.index && n.distance_from(p).is_some())
         };
         let mut cands: Vec<Namespace> = all.into_iter().filter(reach).collect();
         cands.sort_by_key(|n| n.nsid);
-        cands.into_iter().next().ok_or(format!(
-            "no NVMe namespace is P2P-reachable from provider {} ({}); use --dev",
-            gpu.index, gpu.pci_addr
-        ))
+        if cands.is_empty() {
+            return Err(format!(
+                "no NVMe namespace is P2P-reachable from provider {} ({}); use --dev",
+                gpu.index, gpu.pci_addr
+            ));
+        }
+        // Never a default that has data someone uses: partitioned, held by
+        // md or dm, or mounted.
+        cands
+            .into_iter()
+            .find(|n| !n.has_users() && n.claim().is_ok())
+            .ok_or(format!(
+                "every NVMe namespace P2P-reachable from provider {} ({}) is partitioned or \
+                 in use; name one with --dev (its data in the region used is overwritten)",
+                gpu.index, gpu.pci_addr
+            ))
     }
 
     /// `--gpu`, else the first BAR provider.
@@ -245,14 +254,31 @@ pub struct Namespace {
     pub name: String,
     pub nsid: u32,
     pub serial: String,
-    /// The controller's PCI function.
+    /// The controller's PCI function (`None` for a multipath head).
     pub pci: Option<PciAddr>,
+    /// A multipath head's paths: their controllers' PCI functions.
+    pub paths: Vec<PciAddr>,
     pub size: u64,
     pub lbs: u32,
 }
 
 fn read_trim(p: impl AsRef<std::path::Path>) -> Option<String> {
     fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+}
+
+/// The PCI functions of the controllers of the paths of the multipath head
+/// whose `/sys/block` directory is `head`.
+fn mpath_controllers(head: &std::path::Path) -> Vec<PciAddr> {
+    let Ok(dir) = fs::read_dir(head.join("multipath")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let path = PathBuf::from("/sys/block").join(e.file_name());
+            let pci = fs::canonicalize(path.join("device/device")).ok()?;
+            parse_bdf(&pci.file_name()?.to_string_lossy())
+        })
+        .collect()
 }
 
 /// A path of an NVMe multipath head (`nvme1c2n1`): hidden, no device node.
@@ -435,6 +461,13 @@ impl Namespace {
                 .and_then(|c| fs::canonicalize(c.join("device")).ok())
                 .and_then(|d| d.file_name().map(|f| f.to_string_lossy().to_string()))
                 .and_then(|b| parse_bdf(&b));
+            // A multipath head's `device` is its subsystem, with no PCI
+            // function: its paths have the controllers.
+            let paths = if pci.is_none() {
+                mpath_controllers(&p)
+            } else {
+                Vec::new()
+            };
             let serial = ctrl
                 .as_ref()
                 .and_then(|c| read_trim(c.join("serial")))
@@ -449,6 +482,7 @@ impl Namespace {
             out.push(Namespace {
                 name,
                 nsid,
+                paths,
                 serial,
                 pci,
                 size,
@@ -474,6 +508,57 @@ impl Namespace {
             .custom_flags(if direct { libc::O_DIRECT } else { 0 })
             .open(format!("/dev/{}", self.name))
             .map_err(|e| format!("/dev/{}: {e}", self.name))
+    }
+
+    /// The namespace claimed for writing over its data (`O_EXCL`): refused
+    /// while it is mounted (or a partition of it is) or an md or dm device
+    /// holds it, and nobody can mount or claim it while the file is open.
+    pub fn claim(&self) -> Result<fs::File, String> {
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(format!("/dev/{}", self.name))
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EBUSY) => format!(
+                    "/dev/{}: in use (mounted, a partition of it mounted, or part of an md or \
+                     dm device): refused, since verify and bench write over data in it",
+                    self.name
+                ),
+                _ => format!("/dev/{}: {e}", self.name),
+            })
+    }
+
+    /// Whether the namespace has partitions or holders (md, dm): data that
+    /// a default choice must not write over.
+    fn has_users(&self) -> bool {
+        let dir = PathBuf::from("/sys/block").join(&self.name);
+        let partitioned = fs::read_dir(&dir).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(&self.name))
+        });
+        let held = fs::read_dir(dir.join("holders")).is_ok_and(|mut d| d.next().is_some());
+        partitioned || held
+    }
+
+    /// The P2P distance from provider `p` to the namespace's controller;
+    /// for a multipath head, the longest to its paths' controllers (`None`
+    /// if any of them is out of reach: I/O goes down every path).
+    pub fn distance_from(&self, p: &Provider) -> Option<u32> {
+        let to = |pci: PciAddr| {
+            p.clients
+                .iter()
+                .find(|c| c.pci_addr == pci)
+                .and_then(|c| c.distance)
+        };
+        match self.pci {
+            Some(pci) => to(pci),
+            None if self.paths.is_empty() => None,
+            None => self
+                .paths
+                .iter()
+                .map(|&pci| to(pci))
+                .try_fold(0, |max, d| d.map(|d| max.max(d))),
+        }
     }
 
     pub fn json(&self) -> String {

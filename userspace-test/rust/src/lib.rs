@@ -29,8 +29,6 @@ pub struct Version {
 impl Version {
     /// Whether a library built against this header can talk to that module:
     /// same major, and the module's minor at least ours.
-    // ABI minor 0 makes the second comparison trivially true today; the rule is for later minors.
-    #[allow(clippy::absurd_extreme_comparisons)]
     pub fn is_compatible(&self) -> bool {
         self.abi_major == sys::P2PDIRECT_ABI_MAJOR && self.abi_minor >= sys::P2PDIRECT_ABI_MINOR
     }
@@ -187,6 +185,13 @@ pub struct DmaProbe {
 ///
 /// Access goes through [`Mapping::read`] and [`Mapping::write`], never a
 /// slice: a device may DMA into the memory at any time.
+///
+/// The memory can go while the mapping lives: [`Device::free`] of its
+/// allocation (from any thread sharing the [`Device`], or any process sharing
+/// its open file), or the GPU going away, zaps the mapping, and a later
+/// `read` or `write` raises `SIGBUS`, as access to a memory-mapped file
+/// truncated under its mapping does. Do not free memory another thread still
+/// reads or writes through its mapping.
 #[derive(Debug)]
 pub struct Mapping<'d> {
     ptr: NonNull<u8>,
@@ -322,7 +327,14 @@ impl Device {
         })
     }
 
-    /// `P2PDIRECT_IOC_FREE`: revokes the memory from every user at once (never waits).
+    /// `P2PDIRECT_IOC_FREE`: revokes the memory from every user at once. It
+    /// never waits for I/O (an I/O in flight keeps its pages until it ends),
+    /// but it does wait for kernel consumers' invalidation callbacks and for
+    /// the fences of a dma-buf exported from the memory, a wait with no time
+    /// limit (see the README's "Lifetime" and the header's EXPORT_DMABUF).
+    ///
+    /// Every [`Mapping`] of the allocation loses its pages: a later
+    /// [`Mapping::read`] or [`Mapping::write`] raises `SIGBUS`.
     pub fn free(&self, handle: u64) -> io::Result<()> {
         let mut req = sys::p2pdirect_free { handle };
         // SAFETY: FREE reads one `p2pdirect_free`.

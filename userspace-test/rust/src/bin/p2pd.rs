@@ -137,12 +137,7 @@ fn info(dev: &Device, args: &Args) -> Result<(), String> {
             .collect()
     };
     // Distance from each provider to each namespace's controller.
-    let distance = |p: &p2pdirect::Provider, ns: &Namespace| {
-        p.clients
-            .iter()
-            .find(|c| Some(c.pci_addr) == ns.pci)
-            .and_then(|c| c.distance)
-    };
+    let distance = |p: &p2pdirect::Provider, ns: &Namespace| ns.distance_from(p);
     if args.json {
         let mut j = Json::obj();
         version_json(&mut j, &v);
@@ -446,6 +441,9 @@ fn verify(dev: &Device, args: &Args) -> Result<(), String> {
         ));
     }
     let seed = 0x600;
+    // The namespace is written over: nobody else may use it (and nothing,
+    // not even device memory, is taken when someone does).
+    let _claim = ns.claim()?;
     // Device memory first (twice the size: the READ, then the read-back),
     // so that nothing is written when there is not enough of it.
     let mem = size * 2;
@@ -606,8 +604,16 @@ fn main() -> ExitCode {
         "bench" => bench::run,
         _ => return usage(),
     };
+    // What only looks opens the device read-only, so that a node widened
+    // for reading serves it; what allocates or resets needs O_RDWR.
+    let looks = matches!(cmd.as_str(), "version" | "info") || (cmd == "stats" && !args.reset);
+    let open = if looks {
+        Device::open_read_only
+    } else {
+        Device::open
+    };
     // Every command first checks that the module speaks the tool's ABI.
-    let result = Device::open()
+    let result = open()
         .map_err(|e| {
             let hint = match e.raw_os_error() {
                 Some(libc::ENOENT) => " (is p2pdirect.ko loaded? insmod p2pdirect.ko)",

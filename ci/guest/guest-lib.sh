@@ -372,7 +372,11 @@ p2pd_missing_value() {
 	/tests/p2pd verify --dev --json 2>/tmp/err
 	[ $? -eq 2 ] && grep -q -e '--dev needs a value' /tmp/err || { cat /tmp/err; return 1; }
 	/tests/p2pd bench --size abc 2>/tmp/err
-	[ $? -eq 2 ] && grep -q -e "--size: 'abc' is not a size" /tmp/err || { cat /tmp/err; return 1; }
+	[ $? -eq 2 ] && grep -q -e "--size: 'abc' is not a size (a number of bytes" /tmp/err ||
+		{ cat /tmp/err; return 1; }
+	/tests/p2pd verify --size 99999999999999999999 2>/tmp/err
+	[ $? -eq 2 ] && grep -q -e "--size: '99999999999999999999' is too big" /tmp/err ||
+		{ cat /tmp/err; return 1; }
 	/tests/p2pd verify --gpu 77 2>/tmp/err
 	[ $? -eq 1 ] && grep -q -e '--gpu 77: no such device-memory provider' /tmp/err ||
 		{ cat /tmp/err; return 1; }

@@ -769,6 +769,21 @@ static struct p2pdirect_stat *stat_row(struct p2pdirect_stat *rows, int n, __u32
 }
 
 /*
+ * STATS into @rows; *@prov and *@blk point to the rows of provider @pci and
+ * of the block device @st is (NULL if there is none). Returns the count.
+ */
+static int stat_rows(int dev, struct p2pdirect_stat *rows, __u32 pci, const struct stat *st,
+		     struct p2pdirect_stat **prov, struct p2pdirect_stat **blk)
+{
+	int n = stats(dev, rows, P2PDIRECT_STATS_MAX_ENTRIES, 0);
+
+	*prov = stat_row(rows, n, P2PDIRECT_STAT_PROVIDER, pci);
+	*blk = stat_row(rows, n, P2PDIRECT_STAT_BLOCK,
+			(major(st->st_rdev) << 20) | minor(st->st_rdev));
+	return n;
+}
+
+/*
  * STATS counts per provider and per block device: operations, bytes by
  * path, errors, latency; RESET zeroes them; the debugfs file shows the same
  * rows and a write to it resets too.
@@ -799,12 +814,9 @@ TEST_F(st, statistics)
 	EXPECT_EQ(0u, out.bytes);
 	rec_ns(&b, 0, len, 1, 2 * MiB + len, 0);
 	rec_dma(1, 2 * MiB, 2 * len, b.g->bdf);
-	n = stats(self->dev, rows, P2PDIRECT_STATS_MAX_ENTRIES, 0);
+	n = stat_rows(self->dev, rows, self->gpu[0].pci, &st, &prov, &blk);
 	ASSERT_GT(n, 0);
 	EXPECT_LE(n, P2PDIRECT_STATS_MAX_ENTRIES);
-	prov = stat_row(rows, n, P2PDIRECT_STAT_PROVIDER, self->gpu[0].pci);
-	blk = stat_row(rows, n, P2PDIRECT_STAT_BLOCK,
-		       (major(st.st_rdev) << 20) | minor(st.st_rdev));
 	ASSERT_NE(NULL, prov);
 	ASSERT_NE(NULL, blk);
 	EXPECT_EQ(2u, prov->reads);
@@ -849,7 +861,7 @@ TEST_F(st, statistics_write_at_the_end_counts_for_the_provider)
 	struct dbuf b;
 	struct stat st;
 	__u64 size;
-	int fd, n;
+	int fd;
 
 	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], 64 * KiB, &b));
 	fd = open(self->ns1, O_RDWR | O_DIRECT);
@@ -858,11 +870,7 @@ TEST_F(st, statistics_write_at_the_end_counts_for_the_provider)
 	ASSERT_EQ(0, ioctl(fd, BLKGETSIZE64, &size));
 	ASSERT_GE(stats(self->dev, rows, P2PDIRECT_STATS_MAX_ENTRIES, P2PDIRECT_STATS_RESET), 0);
 	EXPECT_EQ(-ENOSPC, rw(self->dev, true, fd, 0, (uintptr_t)b.p, 4096, size, 0, NULL));
-	n = stats(self->dev, rows, P2PDIRECT_STATS_MAX_ENTRIES, 0);
-	ASSERT_GT(n, 0);
-	prov = stat_row(rows, n, P2PDIRECT_STAT_PROVIDER, self->gpu[0].pci);
-	blk = stat_row(rows, n, P2PDIRECT_STAT_BLOCK,
-		       (major(st.st_rdev) << 20) | minor(st.st_rdev));
+	ASSERT_GT(stat_rows(self->dev, rows, self->gpu[0].pci, &st, &prov, &blk), 0);
 	ASSERT_NE(NULL, prov);
 	ASSERT_NE(NULL, blk);
 	EXPECT_EQ(1u, prov->writes);

@@ -75,7 +75,13 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some(h) => u64::from_str_radix(h, 16),
         None => num.parse::<u64>(),
     }
-    .map_err(|_| format!("'{s}' is not a size"))?;
+    .map_err(|e| match e.kind() {
+        std::num::IntErrorKind::PosOverflow => format!("'{s}' is too big"),
+        _ => format!(
+            "'{s}' is not a size (a number of bytes, decimal or 0x hex, with an optional \
+             k, M or G suffix)"
+        ),
+    })?;
     v.checked_mul(mult).ok_or(format!("'{s}' is too big"))
 }
 

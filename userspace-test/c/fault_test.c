@@ -892,7 +892,8 @@ struct bctx {
 	const struct gpu *g;
 	struct dbuf b;		/* device memory of the command, if it needs some */
 	__u64 reg;		/* a registration of b's usable part */
-	int fd;			/* OPEN's result */
+	int fd;			/* OPEN's and EXPORT_DMABUF's result */
+	int low_fd;		/* the lowest free descriptor before the call */
 	void *m;		/* mmap's result */
 	struct p2pdirect_alloc a;	/* ALLOC's result */
 	struct p2pdirect_io io;	/* READ's and WRITE's result */
@@ -1207,6 +1208,57 @@ static int call_query(struct bctx *c)
 	return r == P2PDIRECT_REG_LIVE ? 0 : FAILED(c, "state %d", r);
 }
 
+/* EXPORT_DMABUF: no descriptor, no hold on the memory left by a failed one */
+static int lowest_free_fd(void)
+{
+	int fd = dup(0);
+
+	if (fd >= 0)
+		close(fd);
+	return fd;
+}
+
+static int before_export(struct bctx *c)
+{
+	c->fd = -1;
+	c->low_fd = lowest_free_fd();
+	return c->low_fd < 0 ? FAILED(c, "dup: %s", strerror(errno)) : 0;
+}
+
+static int call_export(struct bctx *c)
+{
+	struct p2pdirect_export_dmabuf x = {
+		.handle = c->b.a.handle, .size = B_LEN, .flags = P2PDIRECT_EXPORT_CLOEXEC,
+	};
+
+	if (ioctl(c->dev, P2PDIRECT_IOC_EXPORT_DMABUF, &x))
+		return -errno;
+	if (x.fd < 0)
+		return FAILED(c, "EXPORT_DMABUF succeeded with fd %d", x.fd);
+	c->fd = x.fd;
+	return 0;
+}
+
+static int after_export(struct bctx *c, int ret)
+{
+	int r;
+
+	/* The dma-buf is released in close (its last reference). */
+	if (!ret)
+		close(c->fd);
+	if (lowest_free_fd() != c->low_fd)
+		return FAILED(c, "a descriptor was left behind (lowest free %d, was %d)",
+			      lowest_free_fd(), c->low_fd);
+	if (ret) {
+		r = call_export(c);
+		if (r)
+			return FAILED(c, "EXPORT_DMABUF after the failed one: %s", ename(r));
+		close(c->fd);
+	}
+	/* FREE in the teardown must not wait for anything: no export is left. */
+	return same_usage(c, B_LEN, 0);
+}
+
 /* STATS */
 static int call_stats(struct bctx *c)
 {
@@ -1412,6 +1464,8 @@ static const struct cmd cmds[] = {
 	  teardown_read_reg, true },
 	{ "WRITE", setup_write, before_write, call_write, after_write, teardown_write, true },
 	{ "STATS", NULL, NULL, call_stats, after_nothing, NULL, false },
+	{ "EXPORT_DMABUF", setup_mem, before_export, call_export, after_export, teardown_mem,
+	  false },
 };
 
 static const struct cmd *cmd_named(const char *name)
@@ -1584,6 +1638,10 @@ TEST_F_TIMEOUT(ft, b12_alloc_failures_read_registered, 300)
 
 TEST_F_TIMEOUT(ft, b13_alloc_failures_write, 300) { FAULT_ALLOCS("WRITE"); }
 TEST_F_TIMEOUT(ft, b14_alloc_failures_stats, 120) { FAULT_ALLOCS("STATS"); }
+TEST_F_TIMEOUT(ft, b15_alloc_failures_export_dmabuf, 120)
+{
+	FAULT_ALLOCS("EXPORT_DMABUF");
+}
 
 /* --- c: NVMe controller reset during I/O ------------------------------------- */
 

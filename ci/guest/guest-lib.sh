@@ -440,6 +440,11 @@ p2pd_bench_no_p2pmem() {
 	cat /tmp/bench.out
 	grep -q 'runs of upstream-p2pmem and upstream-uring-p2pmem left out: the controller of' \
 		/tmp/bench.out && grep -q '^seq-read-4K  *odirect-ram  *[0-9]' /tmp/bench.out || return 1
+	# A multipath head has no one controller: said so (nothing else to run,
+	# so nothing is written).
+	/tests/p2pd bench --dev "$(ns_dev 5)" --only 'upstream-p2pmem seq-read-4K' 2>/tmp/err
+	[ $? -eq 1 ] && grep -q "left out: $(basename "$(ns_dev 5)") is a multipath head" /tmp/err ||
+		{ cat /tmp/err; return 1; }
 	/tests/p2pd bench --dev "$(ns_dev 4)" --seconds 0.1 --rounds 1 \
 		--only upstream-uring-p2pmem --qd 1 2>/tmp/err
 	[ $? -eq 1 ] && grep -q 'publishes no P2P memory' /tmp/err

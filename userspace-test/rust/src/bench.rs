@@ -1079,11 +1079,20 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
         .filter(|(p, wl)| wanted(*p, wl))
         .partition(|(p, _)| !no_p2pmem(*p));
     let left_out = (!skipped.is_empty()).then(|| {
+        let why = if ns.pci.is_none() && !ns.paths.is_empty() {
+            format!(
+                "{} is a multipath head, with no one controller whose P2P memory they would use",
+                ns.name
+            )
+        } else {
+            format!(
+                "the controller of {} publishes no P2P memory (no p2pmem/allocate in sysfs)",
+                ns.name
+            )
+        };
         format!(
-            "{} runs of upstream-p2pmem and upstream-uring-p2pmem left out: the controller of {} \
-             publishes no P2P memory (no p2pmem/allocate in sysfs)",
-            skipped.len(),
-            ns.name
+            "{} runs of upstream-p2pmem and upstream-uring-p2pmem left out: {why}",
+            skipped.len()
         )
     });
     if let (true, Some(note)) = (todo.is_empty(), &left_out) {

@@ -273,18 +273,9 @@ fn read_trim(p: impl AsRef<std::path::Path>) -> Option<String> {
 }
 
 /// The PCI functions of the controllers of the paths of the multipath head
-/// whose `/sys/block` directory is `head`.
-fn mpath_controllers(head: &std::path::Path) -> Vec<PciAddr> {
-    let Ok(dir) = fs::read_dir(head.join("multipath")) else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let path = PathBuf::from("/sys/block").join(e.file_name());
-            let pci = fs::canonicalize(path.join("device/device")).ok()?;
-            parse_bdf(&pci.file_name()?.to_string_lossy())
-        })
-        .collect()
+/// `head` (its legs).
+fn mpath_controllers(head: &str) -> Vec<PciAddr> {
+    legs_of(head).iter().filter_map(|p| pci_above(p)).collect()
 }
 
 /// A path of an NVMe multipath head (`nvme1c2n1`): hidden, no device node.
@@ -470,7 +461,7 @@ impl Namespace {
             // A multipath head's `device` is its subsystem, with no PCI
             // function: its paths have the controllers.
             let paths = if pci.is_none() {
-                mpath_controllers(&p)
+                mpath_controllers(&name)
             } else {
                 Vec::new()
             };

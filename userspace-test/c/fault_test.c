@@ -4,10 +4,11 @@
  *  - device errors in the middle of a multi-bio READ and WRITE on a raw
  *    namespace (fail_make_request scoped to the disk): the partial-transfer
  *    rule of the UAPI header, and nothing outside the range touched;
- *  - allocation failures inside every command (failslab and fail_page_alloc
- *    through /proc/thread-self/fail-nth, only for allocations with the
- *    module on the call stack): success or the documented errno, no half
- *    state, no leak;
+ *  - allocation failures inside every command, the io_uring READ and WRITE
+ *    commands among them (failslab and fail_page_alloc through
+ *    /proc/thread-self/fail-nth: only allocations with the module on the
+ *    call stack, then every allocation of the system call): success or the
+ *    documented errno, no half state, no leak;
  *  - an NVMe controller reset during READs and WRITEs;
  *  - the GPU unbound from p2pdirect during pointer and registered READs;
  *  - rmmod while /dev/p2pdirect is open, while a mapping lives and during
@@ -39,6 +40,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,6 +55,7 @@
 #include <unistd.h>
 
 #include <linux/p2pdirect.h>
+#include <liburing.h>
 
 #include "kselftest_harness.h"
 #include "nvme_util.h"
@@ -898,6 +901,9 @@ struct bctx {
 	struct p2pdirect_alloc a;	/* ALLOC's result */
 	struct p2pdirect_io io;	/* READ's and WRITE's result */
 	struct p2pdirect_dma_seg segs[64];
+	struct io_uring ring;	/* READ and WRITE go through it if @uring */
+	bool uring;
+	bool enter_failed;	/* io_uring_enter itself failed the last call */
 	long long free0;	/* the GPU's bytes_free before the command's memory */
 	long long pinned0;	/* its pinned bytes then */
 	int nprov0;		/* providers then */
@@ -1292,12 +1298,64 @@ static int setup_read_reg(struct bctx *c)
 	return r ? FAILED(c, "REGISTER: %s", ename(r)) : 0;
 }
 
+/*
+ * One READ or WRITE as an io_uring command on c->ring, submitted and its CQE
+ * reaped: 0 and the CQE's counts in c->io, or the CQE's -errno. When
+ * io_uring_enter itself fails (an injected failure of io_uring's own
+ * allocation of the request: the SQE stays queued), that is the result, and
+ * the queued command is submitted again (the one injection has fired) and
+ * reaped, so that the ring holds nothing of this call.
+ */
+static int urw(struct bctx *c, bool write, int fd, __u32 flags, __u64 addr)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&c->ring);
+	struct p2pdirect_uring_io io = {
+		.fd = fd, .flags = flags, .addr = addr, .size = B_LEN,
+		.file_offset = write ? B_WRITE_POS : B_READ_POS,
+	};
+	struct io_uring_cqe *cqe;
+	int r, res;
+
+	c->enter_failed = false;
+	if (!sqe)
+		return FAILED(c, "no free SQE");
+	memset(sqe, 0, 2 * sizeof(*sqe));
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = c->dev;
+	sqe->cmd_op = write ? P2PDIRECT_URING_CMD_WRITE : P2PDIRECT_URING_CMD_READ;
+	memcpy((__u8 *)sqe + offsetof(struct io_uring_sqe, cmd), &io, sizeof(io));
+	r = io_uring_submit_and_wait(&c->ring, 1);
+	if (r < 0) {
+		c->enter_failed = true;
+		if (io_uring_submit_and_wait(&c->ring, 1) < 1 || io_uring_wait_cqe(&c->ring, &cqe))
+			return FAILED(c, "the queued command after io_uring_enter's %s", ename(r));
+		io_uring_cqe_seen(&c->ring, cqe);
+		return r;
+	}
+	if (r != 1)
+		return FAILED(c, "io_uring_enter submitted %d commands, not 1", r);
+	r = io_uring_wait_cqe(&c->ring, &cqe);
+	if (r)
+		return FAILED(c, "io_uring_wait_cqe: %s", ename(r));
+	res = cqe->res;
+	memset(&c->io, 0, sizeof(c->io));
+	if (res >= 0) {
+		c->io.bytes = (__u32)res;
+		c->io.p2p_bytes = cqe->big_cqe[0] & 0xffffffff;
+		c->io.bounce_bytes = cqe->big_cqe[0] >> 32;
+	}
+	io_uring_cqe_seen(&c->ring, cqe);
+	return res < 0 ? res : 0;
+}
+
 static int do_read(struct bctx *c, bool reg)
 {
-	if (reg)
-		return rw(c->dev, false, c->rd, P2PDIRECT_IO_REGISTERED, c->reg, B_LEN, B_READ_POS,
-			  0, &c->io);
-	return rw(c->dev, false, c->rd, 0, (uintptr_t)c->b.p, B_LEN, B_READ_POS, 0, &c->io);
+	__u32 flags = reg ? P2PDIRECT_IO_REGISTERED : 0;
+	__u64 addr = reg ? c->reg : (uintptr_t)c->b.p;
+
+	if (c->uring)
+		return urw(c, false, c->rd, flags, addr);
+	return rw(c->dev, false, c->rd, flags, addr, B_LEN, B_READ_POS, 0, &c->io);
 }
 
 static int call_read(struct bctx *c)
@@ -1396,6 +1454,8 @@ static int before_write(struct bctx *c)
 
 static int call_write(struct bctx *c)
 {
+	if (c->uring)
+		return urw(c, true, c->wr, 0, (uintptr_t)c->b.p);
 	return rw(c->dev, true, c->wr, 0, (uintptr_t)c->b.p, B_LEN, B_WRITE_POS, 0, &c->io);
 }
 
@@ -1447,6 +1507,36 @@ static int teardown_write(struct bctx *c)
 	return r ? FAILED(c, "FREE: %s", ename(r)) : same_usage(c, 0, 0);
 }
 
+/*
+ * The same READ and WRITE as io_uring commands: a ring of 128-byte SQEs and
+ * 32-byte CQEs, set up before the tries and torn down after the last one.
+ */
+static int ring_up(struct bctx *c, int (*setup)(struct bctx *c))
+{
+	int r = io_uring_queue_init(8, &c->ring, IORING_SETUP_SQE128 | IORING_SETUP_CQE32);
+
+	if (r)
+		return FAILED(c, "io_uring_queue_init: %s", ename(r));
+	c->uring = true;
+	return setup(c);
+}
+
+static int ring_down(struct bctx *c, int (*teardown)(struct bctx *c))
+{
+	int r = teardown(c);
+
+	io_uring_queue_exit(&c->ring);
+	c->uring = false;
+	return r;
+}
+
+static int setup_uring_read(struct bctx *c) { return ring_up(c, setup_read); }
+static int setup_uring_read_reg(struct bctx *c) { return ring_up(c, setup_read_reg); }
+static int setup_uring_write(struct bctx *c) { return ring_up(c, setup_write); }
+static int teardown_uring_read(struct bctx *c) { return ring_down(c, teardown_read); }
+static int teardown_uring_read_reg(struct bctx *c) { return ring_down(c, teardown_read_reg); }
+static int teardown_uring_write(struct bctx *c) { return ring_down(c, teardown_write); }
+
 static const struct cmd cmds[] = {
 	{ "OPEN", NULL, NULL, call_open, after_open, NULL, false },
 	{ "GET_VERSION", NULL, NULL, call_version, after_nothing, NULL, false },
@@ -1466,6 +1556,11 @@ static const struct cmd cmds[] = {
 	{ "STATS", NULL, NULL, call_stats, after_nothing, NULL, false },
 	{ "EXPORT_DMABUF", setup_mem, before_export, call_export, after_export, teardown_mem,
 	  false },
+	{ "URING_READ", setup_uring_read, NULL, call_read, after_read, teardown_uring_read, true },
+	{ "URING_READ_REGISTERED", setup_uring_read_reg, NULL, call_read_reg, after_read_reg,
+	  teardown_uring_read_reg, true },
+	{ "URING_WRITE", setup_uring_write, before_write, call_write, after_write,
+	  teardown_uring_write, true },
 };
 
 static const struct cmd *cmd_named(const char *name)
@@ -1538,7 +1633,12 @@ static void alloc_failures(struct __test_metadata *_metadata, int dev, const str
 				k++;
 			if (k == ne && ne < 8)
 				e[ne++] = -ret;
-			EXPECT_TRUE(ret == -ENOMEM || (cmd->io && ret == -EIO))
+			/*
+			 * io_uring_enter's own failure to allocate the request is
+			 * -EAGAIN (io_uring's documented answer; the SQE stays queued).
+			 */
+			EXPECT_TRUE(ret == -ENOMEM || (cmd->io && ret == -EIO) ||
+				    (c.enter_failed && ret == -EAGAIN))
 				TH_LOG("%s %s N=%u failed with %s, not a documented errno", name, scope, n,
 				       ename(ret));
 		} else if (injected) {
@@ -1642,6 +1742,14 @@ TEST_F_TIMEOUT(ft, b15_alloc_failures_export_dmabuf, 120)
 {
 	FAULT_ALLOCS("EXPORT_DMABUF");
 }
+
+TEST_F_TIMEOUT(ft, b16_alloc_failures_uring_read, 300) { FAULT_ALLOCS("URING_READ"); }
+TEST_F_TIMEOUT(ft, b17_alloc_failures_uring_read_registered, 300)
+{
+	FAULT_ALLOCS("URING_READ_REGISTERED");
+}
+
+TEST_F_TIMEOUT(ft, b18_alloc_failures_uring_write, 300) { FAULT_ALLOCS("URING_WRITE"); }
 
 /* --- c: NVMe controller reset during I/O ------------------------------------- */
 

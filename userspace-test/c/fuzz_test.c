@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * A bounded fuzzer for /dev/p2pdirect: its ioctls, mmap and the lifetime of
- * device memory (plain TAP on stdout). Run as root in the test VM, with the
+ * A bounded fuzzer for /dev/p2pdirect: its ioctls, its io_uring commands,
+ * mmap and the lifetime of device memory (plain TAP on stdout). Run as root in the test VM, with the
  * module loaded and ext4/xfs mounted at /mnt/ext4 and /mnt/xfs.
  *
  *   fuzz_test [--seed N] [--seconds S] [--threads T] [--trace]
@@ -18,7 +18,10 @@
  * mapping of a BAR, another driver's P2PDMA memory, unmapped memory; fds that
  * are closed, invalid, /dev/null, a pipe, a socket, a directory, tmpfs, procfs,
  * memfd, epoll, eventfd, O_RDONLY/O_WRONLY/O_APPEND/buffered files and
- * namespaces, /dev/p2pdirect itself). They mmap, munmap (whole, head, tail,
+ * namespaces, /dev/p2pdirect itself). The same READ and WRITE arguments go
+ * as io_uring commands through rings of the thread's own (see op_uring), which
+ * stay in flight across the other operations, and some rings are torn down
+ * with commands in flight. They mmap, munmap (whole, head, tail,
  * middle), madvise, mprotect and mremap device memory with random offsets,
  * lengths, protections and flags and touch it, fork children that use device
  * memory and exit or get killed, close and reopen their own device file and
@@ -29,7 +32,8 @@
  * after --seconds.
  *
  * Judged here, one TAP line each:
- *  - every ioctl returns 0 or -1 with an errno of the allowed set below, and
+ *  - every ioctl returns 0 or -1 with an errno of the allowed set below (an
+ *    io_uring command's CQE the same, or -ECANCELED), and
  *    so do mmap, munmap, madvise, mprotect and mremap on device memory;
  *  - nothing succeeds that the ABI (the header, the README) says must fail:
  *    unknown command numbers (ENOTTY), non-zero pad, unknown flags, size 0,
@@ -86,6 +90,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -103,6 +108,7 @@
 #include <unistd.h>
 
 #include <linux/p2pdirect.h>
+#include <liburing.h>
 
 #include "nvme_util.h"
 
@@ -166,7 +172,7 @@
 
 enum op {
 	OP_VERSION, OP_LIST, OP_ALLOC, OP_FREE, OP_PROBE, OP_REGISTER, OP_DEREGISTER,
-	OP_REG_QUERY, OP_READ, OP_WRITE, OP_STATS, OP_EXPORT, OP_UNKNOWN, OP_WRONG,
+	OP_REG_QUERY, OP_READ, OP_WRITE, OP_STATS, OP_EXPORT, OP_UNKNOWN, OP_WRONG, OP_URING,
 	OP_MMAP, OP_MUNMAP, OP_MADVISE, OP_MPROTECT, OP_MREMAP,
 	NR_OPS
 };
@@ -176,7 +182,7 @@ enum op {
 static const char *const op_name[NR_OPS] = {
 	"GET_VERSION", "LIST_PROVIDERS", "ALLOC", "FREE", "DMA_PROBE", "REGISTER",
 	"DEREGISTER", "REG_QUERY", "READ", "WRITE", "STATS", "EXPORT_DMABUF", "unknown-command",
-	"wrong-size-or-direction", "mmap", "munmap", "madvise", "mprotect", "mremap",
+	"wrong-size-or-direction", "io_uring READ/WRITE", "mmap", "munmap", "madvise", "mprotect", "mremap",
 };
 
 /* Failure kinds, one TAP line each. */
@@ -239,7 +245,7 @@ static const struct {
 	{ ENOTTY, "ENOTTY" }, { ETXTBSY, "ETXTBSY" }, { EFBIG, "EFBIG" },
 	{ ENOSPC, "ENOSPC" }, { ESPIPE, "ESPIPE" }, { EROFS, "EROFS" }, { ERANGE, "ERANGE" },
 	{ EOVERFLOW, "EOVERFLOW" }, { EOPNOTSUPP, "EOPNOTSUPP" }, { ESTALE, "ESTALE" },
-	{ EDQUOT, "EDQUOT" }, { EREMOTEIO, "EREMOTEIO" },
+	{ EDQUOT, "EDQUOT" }, { EREMOTEIO, "EREMOTEIO" }, { ECANCELED, "ECANCELED" },
 };
 
 static const char *errname(int e, char *buf, size_t len)
@@ -388,6 +394,15 @@ struct worker {
 	__u64 nops;		/* operations so far */
 	int last_pl;		/* where issue() put the last argument */
 	struct region *last_region;	/* the mapping it went into, if one */
+	struct io_uring ring;	/* its io_uring, set up at the first command (ring_kind) */
+	int ring_kind;
+	unsigned int inflight;	/* io_uring commands submitted, CQE not reaped */
+	struct uq {		/* each command in flight, by user_data */
+		bool used, write, bad;
+		int fk, pk;
+		__u64 avail;
+		struct p2pdirect_io io;
+	} uq[8];
 };
 
 static __u64 rnd(struct worker *w, __u64 n)
@@ -567,7 +582,8 @@ static void note(struct worker *w, int op, int fd, long ret, int err)
 	if (ret != 0 && ret != -1)
 		fail(w, op >= FIRST_MM_OP ? F_MM_ERRNO : F_ERRNO, "%s on fd %d returned %ld",
 		     op_name[op], fd, ret);
-	else if (ret == -1 && !errno_allowed(err))
+	/* io_uring cancels the rest of a failed link chain, and a worker's command at ring exit. */
+	else if (ret == -1 && !errno_allowed(err) && !(op == OP_URING && err == ECANCELED))
 		fail(w, op >= FIRST_MM_OP ? F_MM_ERRNO : F_ERRNO,
 		     "%s on fd %d failed with %s, not an allowed errno", op_name[op], fd,
 		     errname(err, eb, sizeof(eb)));
@@ -1496,81 +1512,290 @@ static __u64 pick_foff(struct worker *w, int fk, bool write, __u64 size)
 	return r < 50 ? rnd(w, SCRATCH_SPAN) : rnd64(w);
 }
 
+/*
+ * The argument of a READ or WRITE through /dev/p2pdirect slot @slot: real and
+ * hostile values mixed; @fk the kind of its fd, @pk of its device pointer,
+ * @avail the bytes from its memory on that belong to what it points into.
+ */
+static void pick_io(struct worker *w, bool write, int slot, struct p2pdirect_io *io, int *fk,
+		    int *pk, __u64 *avail)
+{
+	struct reg *rg;
+
+	memset(io, 0, sizeof(*io));
+	*pk = PK_RANDOM;
+	*avail = 0;
+	io->fd = pick_io_fd(w, fk);
+	io->flags = pick_flags(w, P2PDIRECT_IO_REGISTERED | P2PDIRECT_IO_COMPAT);
+	if (io->flags & P2PDIRECT_IO_REGISTERED) {
+		rg = chance(w, 85) ? pick_reg(w, slot) : NULL;
+		if (rg) {
+			io->addr = rg->id;
+			*avail = rg->size;
+		} else {
+			io->addr = chance(w, 50) ? rnd(w, 64) : rnd64(w);
+			*avail = MiB;
+		}
+	} else {
+		io->addr = pick_dev_ptr(w, avail, pk);
+	}
+	io->size = pick_len(w, *avail, IO_CAP, io->addr);
+	if (write && fk_is_ns(*fk) && io->size > ((~0ull - SAFE_HI) & ~(BLK - 1)))
+		io->size = (~0ull - SAFE_HI) & ~(BLK - 1);
+	if (chance(w, 70) || *avail <= io->size)
+		io->buf_offset = 0;
+	else if (chance(w, 70))
+		io->buf_offset = rnd(w, (*avail - io->size) / BLK + 1) * BLK;
+	else
+		io->buf_offset = chance(w, 50) ? 1 + rnd(w, BLK - 1) : rnd64(w);
+	io->file_offset = pick_foff(w, *fk, write, io->size);
+	/* Belt and braces: never a namespace range another suite checks. */
+	if (fk_is_ns(*fk) && (io->file_offset < SAFE_LO || *fk == FK_NS2_RO || *fk == FK_NS3_RO ||
+			      (write && io->file_offset + io->size < io->file_offset))) {
+		say("# fuzzer bug: I/O at %#llx of fd kind %d refused", io->file_offset, *fk);
+		abort();
+	}
+}
+
+/* The oracles of a READ or WRITE that succeeded with @io's results (@what: its name). */
+static void check_io(struct worker *w, const char *what, bool write, const struct p2pdirect_io *io,
+		     int fk, int pk, __u64 avail)
+{
+	expect(w, io->pad != 0, "%s succeeded with pad %#x", what, io->pad);
+	expect(w, io->flags & ~(P2PDIRECT_IO_REGISTERED | P2PDIRECT_IO_COMPAT),
+	       "%s succeeded with flags %#x", what, io->flags);
+	expect(w, io->size == 0, "%s succeeded with size 0", what);
+	expect(w, fk_io_must_fail(fk, write), "%s succeeded on fd kind %d (must fail)", what, fk);
+	/* 0 bytes (a READ at the end) may succeed without looking at memory, as pread. */
+	expect(w, pk == PK_DEV && io->bytes && (io->buf_offset >= avail ||
+						io->size > avail - io->buf_offset),
+	       "%s moved %llu bytes with %#llx + %#llx + %#llx, past the end of its mapping (%#llx left)",
+	       what, (unsigned long long)io->bytes, (unsigned long long)io->addr,
+	       (unsigned long long)io->buf_offset, (unsigned long long)io->size,
+	       (unsigned long long)avail);
+	expect(w, pk_never_device(pk) && io->buf_offset < avail && io->bytes,
+	       "%s moved %llu bytes with %#llx + %#llx, which is no device memory", what,
+	       (unsigned long long)io->bytes, (unsigned long long)io->addr,
+	       (unsigned long long)io->buf_offset);
+	expect(w, io->bytes > io->size ||
+	       io->p2p_bytes + io->bounce_bytes + io->zeroed_bytes > io->bytes,
+	       "%s: bytes %llu (p2p %llu, bounce %llu, zeroed %llu) for size %llu", what,
+	       (unsigned long long)io->bytes, (unsigned long long)io->p2p_bytes,
+	       (unsigned long long)io->bounce_bytes, (unsigned long long)io->zeroed_bytes,
+	       (unsigned long long)io->size);
+}
+
 static void op_io(struct worker *w, bool write)
 {
 	struct p2pdirect_io io;
-	int slot, fd = pick_dev(w, &slot), err, fk, pk = PK_RANDOM;
-	__u64 avail = 0;
-	struct reg *rg;
+	int slot, fd = pick_dev(w, &slot), err, fk, pk;
+	__u64 avail;
 	long ret;
 
-	memset(&io, 0, sizeof(io));
-	io.fd = pick_io_fd(w, &fk);
-	io.flags = pick_flags(w, P2PDIRECT_IO_REGISTERED | P2PDIRECT_IO_COMPAT);
-	if (io.flags & P2PDIRECT_IO_REGISTERED) {
-		rg = chance(w, 85) ? pick_reg(w, slot) : NULL;
-		if (rg) {
-			io.addr = rg->id;
-			avail = rg->size;
-		} else {
-			io.addr = chance(w, 50) ? rnd(w, 64) : rnd64(w);
-			avail = MiB;
-		}
-	} else {
-		io.addr = pick_dev_ptr(w, &avail, &pk);
-	}
-	io.size = pick_len(w, avail, IO_CAP, io.addr);
-	if (write && fk_is_ns(fk) && io.size > ((~0ull - SAFE_HI) & ~(BLK - 1)))
-		io.size = (~0ull - SAFE_HI) & ~(BLK - 1);
-	if (chance(w, 70) || avail <= io.size)
-		io.buf_offset = 0;
-	else if (chance(w, 70))
-		io.buf_offset = rnd(w, (avail - io.size) / BLK + 1) * BLK;
-	else
-		io.buf_offset = chance(w, 50) ? 1 + rnd(w, BLK - 1) : rnd64(w);
-	io.file_offset = pick_foff(w, fk, write, io.size);
+	pick_io(w, write, slot, &io, &fk, &pk, &avail);
 	io.pad = pick_pad(w);
 	if (chance(w, 30)) {
 		io.bytes = rnd64(w);
 		io.p2p_bytes = rnd64(w);
 		io.dma_pci_addr = (__u32)rnd64(w);
 	}
-	/* Belt and braces: never a namespace range another suite checks. */
-	if (fk_is_ns(fk) && (io.file_offset < SAFE_LO || fk == FK_NS2_RO || fk == FK_NS3_RO ||
-			     (write && io.file_offset + io.size < io.file_offset))) {
-		say("# fuzzer bug: I/O at %#llx of fd kind %d refused", io.file_offset, fk);
-		abort();
-	}
 	if (issue(w, write ? OP_WRITE : OP_READ, fd, write ? P2PDIRECT_IOC_WRITE :
 		  P2PDIRECT_IOC_READ, &io, sizeof(io), false, &ret, &err) && ret == 0 &&
-	    slot != DS_OTHER) {
-		const char *what = write ? "WRITE" : "READ";
-
-		expect(w, io.pad != 0, "%s succeeded with pad %#x", what, io.pad);
-		expect(w, io.flags & ~(P2PDIRECT_IO_REGISTERED | P2PDIRECT_IO_COMPAT),
-		       "%s succeeded with flags %#x", what, io.flags);
-		expect(w, io.size == 0, "%s succeeded with size 0", what);
-		expect(w, fk_io_must_fail(fk, write),
-		       "%s succeeded on fd kind %d (must fail)", what, fk);
-		/* 0 bytes (a READ at the end) may succeed without looking at memory, as pread. */
-		expect(w, pk == PK_DEV && io.bytes && (io.buf_offset >= avail ||
-						       io.size > avail - io.buf_offset),
-		       "%s moved %llu bytes with %#llx + %#llx + %#llx, past the end of its mapping (%#llx left)",
-		       what, (unsigned long long)io.bytes, (unsigned long long)io.addr,
-		       (unsigned long long)io.buf_offset, (unsigned long long)io.size,
-		       (unsigned long long)avail);
-		expect(w, pk_never_device(pk) && io.buf_offset < avail && io.bytes,
-		       "%s moved %llu bytes with %#llx + %#llx, which is no device memory", what,
-		       (unsigned long long)io.bytes, (unsigned long long)io.addr,
-		       (unsigned long long)io.buf_offset);
-		expect(w, io.bytes > io.size ||
-		       io.p2p_bytes + io.bounce_bytes + io.zeroed_bytes > io.bytes,
-		       "%s: bytes %llu (p2p %llu, bounce %llu, zeroed %llu) for size %llu", what,
-		       (unsigned long long)io.bytes, (unsigned long long)io.p2p_bytes,
-		       (unsigned long long)io.bounce_bytes, (unsigned long long)io.zeroed_bytes,
-		       (unsigned long long)io.size);
-	}
+	    slot != DS_OTHER)
+		check_io(w, write ? "WRITE" : "READ", write, &io, fk, pk, avail);
 	put_dev(fd, slot);
+}
+
+/*
+ * io_uring READ/WRITE commands (IORING_OP_URING_CMD) with the arguments of
+ * the ioctls, on a ring of the thread's own: 128-byte SQEs and 32-byte CQEs
+ * mostly; now and then 128-byte SQEs with 16-byte CQEs, 64-byte SQEs (every
+ * command -EINVAL), or DEFER_TASKRUN. Up to four commands per call, some
+ * with IOSQE_ASYNC or linked, some with a reserved byte, uring_cmd_flags, an
+ * unused SQE field or an unknown cmd_op set (each must fail), on every kind
+ * of /dev/p2pdirect fd (a new one is closed right after the submission, the
+ * racer's may be replaced under it). Commands stay in flight across other
+ * operations (FREE, munmap, DEREGISTER, close, fork) until a later call reaps
+ * them, and one ring in ten is torn down with its commands in flight.
+ */
+enum { RK_NONE, RK_BIG, RK_SQE128, RK_SMALL, RK_DEFER };
+
+static const unsigned int ring_flags[] = {
+	[RK_BIG] = IORING_SETUP_SQE128 | IORING_SETUP_CQE32,
+	[RK_SQE128] = IORING_SETUP_SQE128,
+	[RK_SMALL] = 0,
+	[RK_DEFER] = IORING_SETUP_SQE128 | IORING_SETUP_CQE32 | IORING_SETUP_SINGLE_ISSUER |
+		     IORING_SETUP_DEFER_TASKRUN,
+};
+
+#define URING_SQ 8u
+
+static void uring_forget(struct worker *w)
+{
+	w->ring_kind = RK_NONE;
+	w->inflight = 0;
+	memset(w->uq, 0, sizeof(w->uq));
+}
+
+/* Checks one CQE against what its command was. */
+static void uring_cqe(struct worker *w, struct io_uring_cqe *cqe)
+{
+	__u64 ud = cqe->user_data;
+	bool big = w->ring_kind == RK_BIG || w->ring_kind == RK_DEFER;
+	struct uq *q;
+
+	if (ud >= URING_SQ || !w->uq[ud].used) {
+		fail(w, F_ORACLE, "io_uring: a CQE with user_data %llu, res %d, no such command",
+		     (unsigned long long)ud, cqe->res);
+		return;
+	}
+	q = &w->uq[ud];
+	note(w, OP_URING, q->io.fd, cqe->res < 0 ? -1 : 0, cqe->res < 0 ? -cqe->res : 0);
+	if (cqe->res >= 0) {
+		const char *what = q->write ? "io_uring WRITE" : "io_uring READ";
+
+		expect(w, q->bad, "%s succeeded (%d) with a field the header says must be zero, "
+		       "an unknown cmd_op, 64-byte SQEs or a read-only /dev/p2pdirect", what,
+		       cqe->res);
+		q->io.bytes = (__u32)cqe->res;
+		if (big) {
+			q->io.p2p_bytes = cqe->big_cqe[0] & 0xffffffff;
+			q->io.bounce_bytes = cqe->big_cqe[0] >> 32;
+		}
+		check_io(w, what, q->write, &q->io, q->fk, q->pk, q->avail);
+	}
+	q->used = false;
+	w->inflight--;
+}
+
+/* Reaps what has completed, or (@all) every command in flight. */
+static void uring_reap(struct worker *w, bool all)
+{
+	while (w->inflight) {
+		struct __kernel_timespec ts = { .tv_sec = 1 };
+		struct io_uring_cqe *cqe;
+		int r;
+
+		if (all)
+			r = io_uring_submit_and_wait_timeout(&w->ring, &cqe, 1, &ts, NULL);
+		else if (w->ring_kind == RK_DEFER)
+			r = io_uring_get_events(&w->ring) < 0 ? -EAGAIN :
+			    io_uring_peek_cqe(&w->ring, &cqe);
+		else
+			r = io_uring_peek_cqe(&w->ring, &cqe);
+		if (r == -ETIME || r == -EINTR)
+			continue;	/* a command still running: the watchdog judges a hang */
+		if (r == -EAGAIN && !all)
+			return;
+		if (r < 0) {
+			fail(w, F_ORACLE, "io_uring: waiting for %u CQEs: %s", w->inflight,
+			     strerror(-r));
+			io_uring_queue_exit(&w->ring);
+			uring_forget(w);
+			return;
+		}
+		uring_cqe(w, cqe);
+		io_uring_cqe_seen(&w->ring, cqe);
+	}
+}
+
+static void op_uring(struct worker *w)
+{
+	unsigned int n = 1 + rnd(w, 4), queued = 0;
+	int fds[4], slots[4];
+
+	if (w->ring_kind == RK_NONE) {
+		int r = rnd(w, 100);
+		int kind = r < 70 ? RK_BIG : r < 78 ? RK_SQE128 : r < 86 ? RK_SMALL : RK_DEFER;
+
+		if (io_uring_queue_init(URING_SQ, &w->ring, ring_flags[kind]))
+			return;
+		w->ring_kind = kind;
+	}
+	if (w->inflight + n > URING_SQ)
+		uring_reap(w, true);
+	for (unsigned int i = 0; i < n && w->ring_kind != RK_NONE; i++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
+		bool write = chance(w, 45), small = w->ring_kind == RK_SMALL;
+		struct p2pdirect_uring_io arg;
+		unsigned int ud = 0;
+		struct uq *q;
+		int r;
+
+		if (!sqe)
+			break;
+		while (w->uq[ud].used)
+			ud++;
+		q = &w->uq[ud];
+		memset(q, 0, sizeof(*q));
+		fds[i] = pick_dev(w, &slots[i]);
+		if (slots[i] == DS_OTHER) {
+			/* Another driver's file would take the command as its own. */
+			fds[i] = w->priv;
+			slots[i] = DS_PRIV;
+		}
+		pick_io(w, write, slots[i], &q->io, &q->fk, &q->pk, &q->avail);
+		arg = (struct p2pdirect_uring_io){
+			.fd = q->io.fd, .flags = q->io.flags, .addr = q->io.addr,
+			.size = q->io.size, .file_offset = q->io.file_offset,
+			.buf_offset = q->io.buf_offset,
+		};
+		memset(sqe, 0, small ? 64 : 128);
+		sqe->opcode = IORING_OP_URING_CMD;
+		sqe->fd = fds[i];
+		sqe->cmd_op = write ? P2PDIRECT_URING_CMD_WRITE : P2PDIRECT_URING_CMD_READ;
+		/* A 64-byte SQE has 16 bytes of command area. */
+		memcpy((__u8 *)sqe + offsetof(struct io_uring_sqe, cmd), &arg,
+		       small ? 16 : sizeof(arg));
+		q->bad = small || slots[i] == DS_RDONLY;
+		r = rnd(w, 100);
+		if (r < 4) {
+			((__u8 *)sqe)[offsetof(struct io_uring_sqe, cmd) + sizeof(arg) +
+				      rnd(w, 80 - sizeof(arg))] = 1 + rnd(w, 255);
+			q->bad |= !small;
+		} else if (r < 7) {
+			sqe->uring_cmd_flags = 1u << rnd(w, 32);
+			q->bad = true;
+		} else if (r < 10) {
+			switch (rnd(w, 5)) {
+			case 0: sqe->ioprio = 1 + rnd(w, 0xffff); break;
+			case 1: sqe->addr = 1 + rnd64(w) / 2; break;
+			case 2: sqe->len = 1 + rnd(w, 0xffffffff); break;
+			case 3: sqe->buf_index = 1 + rnd(w, 0xffff); break;
+			default: sqe->file_index = 1 + rnd(w, 0xffffffff); break;
+			}
+			q->bad = true;
+		} else if (r < 13) {
+			sqe->cmd_op = chance(w, 50) ? (__u32)rnd64(w) : P2PDIRECT_URING_CMD_READ ^
+				      (1u << rnd(w, 32));
+			/* BASE + 16 and + 17 differ in one bit: never the other command. */
+			if (sqe->cmd_op == P2PDIRECT_URING_CMD_READ ||
+			    sqe->cmd_op == P2PDIRECT_URING_CMD_WRITE)
+				sqe->cmd_op = 0;
+			q->bad = true;
+		}
+		if (chance(w, 10))
+			sqe->flags |= IOSQE_ASYNC;
+		if (i + 1 < n && chance(w, 5))
+			sqe->flags |= IOSQE_IO_LINK;
+		sqe->user_data = ud;
+		q->write = write;
+		q->used = true;
+		w->inflight++;
+		queued++;
+	}
+	if (queued)
+		io_uring_submit(&w->ring);
+	for (unsigned int i = 0; i < queued; i++)
+		put_dev(fds[i], slots[i]);
+	if (w->ring_kind == RK_NONE)
+		return;
+	if (chance(w, 10)) {
+		io_uring_queue_exit(&w->ring);	/* with its commands in flight */
+		uring_forget(w);
+	} else {
+		uring_reap(w, chance(w, 60));
+	}
 }
 
 static void op_stats(struct worker *w)
@@ -2053,6 +2278,8 @@ static void child_main(struct worker *w, __u64 seed)
 	memset(w->regions, 0, sizeof(w->regions));
 	memset(w->regs, 0, sizeof(w->regs));
 	memset(w->kids, 0, sizeof(w->kids));
+	/* The parent's ring is shared memory: the child makes its own. */
+	uring_forget(w);
 	w->priv = open(DEV_PATH, O_RDWR | O_CLOEXEC);
 	if (w->priv < 0)
 		_exit(3);
@@ -2160,6 +2387,7 @@ static const struct {
 	{ "WRITE", 7, op_write },
 	{ "STATS", 2, op_stats },
 	{ "EXPORT_DMABUF", 3, op_export },
+	{ "io_uring READ/WRITE", 6, op_uring },
 	{ "bad command", 5, op_bad_cmd },
 	{ "mmap", 6, op_mmap },
 	{ "munmap", 4, op_munmap },
@@ -2209,6 +2437,14 @@ static void *worker_main(void *arg)
 		if (w->regions[i].used)
 			region_unmap_all(w, &w->regions[i]);
 	reap(w, true);
+	if (w->ring_kind != RK_NONE) {
+		/* Its last commands: reaped, or left to the ring's teardown. */
+		if (chance(w, 50))
+			uring_reap(w, true);
+		if (w->ring_kind != RK_NONE)
+			io_uring_queue_exit(&w->ring);
+		uring_forget(w);
+	}
 	close(w->priv);
 	munmap(w->zone, ZONE_LEN);
 	__atomic_store_n(&sh->cur[w->id].op, CUR_DONE, __ATOMIC_RELAXED);

@@ -97,6 +97,8 @@ struct P2pDirect {
     devmem: devmem::Globals,
     /// The peer-memory client registry.
     peer_mem: peer_mem::Globals,
+    /// The kernel API's client handles.
+    peer_handles: sys::peer_client::Handles,
 }
 
 impl kernel::InPlaceModule for P2pDirect {
@@ -109,6 +111,7 @@ impl kernel::InPlaceModule for P2pDirect {
         );
         let debugfs = kernel::debugfs::Dir::new(c"p2pdirect");
         try_pin_init!(Self {
+            peer_handles: sys::peer_client::Handles::init()?,
             peer_mem: peer_mem::Globals::init()?,
             devmem: devmem::Globals::init()?,
             bio_set: sys::bio::BioSet::new()?,

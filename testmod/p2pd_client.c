@@ -7,8 +7,12 @@
  * p2pd_client/pfnmem (pure PFNs, VM_IO | VM_PFNMAP, as GPU drivers map their
  * memory: get_user_pages cannot pin them), and claims exactly the ranges
  * inside such a mapping. Writing "invalidate" to p2pd_client/ctl invalidates every claim
- * it handed out (its memory "freed"); reading ctl gives "claims N
- * invalidated N".
+ * it handed out (its memory "freed"); "unregister" unregisters the client
+ * at once (the module's exit then does not); "invalidate-stale" calls the
+ * invalidation function with the handle of that unregistered client (a
+ * careless driver that frees memory after it unregistered), keeping the
+ * result. Reading ctl gives "claims N invalidated N stale R" (R: that
+ * result, 1 before any).
  */
 #include <linux/debugfs.h>
 #include <linux/dma-mapping.h>
@@ -36,6 +40,8 @@ static p2pdirect_invalidate_peer_memory invalidate_cb;
 static DEFINE_MUTEX(claims_lock);
 static LIST_HEAD(claims);
 static unsigned int nr_claims, nr_invalidated;
+static bool unregistered;
+static int stale_ret = 1;
 
 static const struct vm_operations_struct mem_vm_ops = {};
 
@@ -212,17 +218,28 @@ static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, lo
 	if (len >= sizeof(cmd) || copy_from_user(cmd, ubuf, len))
 		return -EINVAL;
 	cmd[len] = '\0';
-	if (strcmp(strim(cmd), "invalidate"))
+	if (!strcmp(strim(cmd), "invalidate")) {
+		invalidate_all();
+	} else if (!strcmp(strim(cmd), "unregister")) {
+		if (unregistered)
+			return -EALREADY;
+		p2pdirect_unregister_peer_memory_client(reg_handle);
+		unregistered = true;
+	} else if (!strcmp(strim(cmd), "invalidate-stale")) {
+		if (!unregistered)
+			return -EBUSY;
+		stale_ret = invalidate_cb(reg_handle, 1);
+	} else {
 		return -EINVAL;
-	invalidate_all();
+	}
 	return len;
 }
 
 static ssize_t ctl_read(struct file *f, char __user *ubuf, size_t len, loff_t *pos)
 {
-	char out[64];
-	int n = scnprintf(out, sizeof(out), "claims %u invalidated %u\n", nr_claims,
-			  nr_invalidated);
+	char out[80];
+	int n = scnprintf(out, sizeof(out), "claims %u invalidated %u stale %d\n", nr_claims,
+			  nr_invalidated, stale_ret);
 
 	return simple_read_from_buffer(ubuf, len, &(loff_t){ 0 }, out, n);
 }
@@ -266,7 +283,8 @@ static void __exit client_exit(void)
 {
 	debugfs_remove_recursive(dir);
 	/* Invalidates what consumers keep and waits for the last context. */
-	p2pdirect_unregister_peer_memory_client(reg_handle);
+	if (!unregistered)
+		p2pdirect_unregister_peer_memory_client(reg_handle);
 	free_pages_all();
 }
 

@@ -50,10 +50,12 @@ struct sg_table;
  * acquire, get_pages, dma_map, dma_unmap, put_pages and release are
  * required. Every callback may sleep; p2pdirect calls one context's
  * callbacks one at a time, under a lock of that claim (a consumer's
- * dma_map waits for it), and none with a lock of its own held otherwise,
- * but for REGISTER: its acquire (and the release of a claim it then
- * refuses) run under the registering file's registration lock, which no
- * callback and no invalidation takes.
+ * dma_map waits for it), and none with a lock of its own held otherwise.
+ * They run in the thread of whoever drives the claim: a process's ioctl
+ * (DMA_PROBE, REGISTER, FREE, close), a consumer's p2pdirect_peer_*() call,
+ * or the client's own invalidation or unregister call, whose locks are
+ * then held around them: a callback must not take a lock the client holds
+ * across those calls.
  */
 struct p2pdirect_peer_memory_client {
 	char name[P2PDIRECT_PEER_NAME_MAX];
@@ -78,9 +80,16 @@ struct p2pdirect_peer_memory_client {
  * from the register call, @core_context from @get_pages. p2pdirect tells the
  * consumer keeping the claim, which lets it go (dma_unmap, put_pages,
  * release), or waits for a claim in passing (a DMA_PROBE) to be let go;
- * when it returns 0, p2pdirect no longer uses that memory. May sleep; not
- * from within a callback of the same claim, nor holding a lock its
- * callbacks take.
+ * when it returns 0, p2pdirect no longer uses that memory. It runs the
+ * consumer's invalidation callback and the client's own dma_unmap,
+ * put_pages and release in the calling thread. May sleep; not from within
+ * a callback of the same claim, nor holding a lock its callbacks (or the
+ * consumer's) take, nor from memory reclaim (it waits for claims whose
+ * holders allocate). A call that runs while the client's unregister call
+ * runs is served; one made after that call returned gets -EINVAL and
+ * touches nothing of the gone client. An unknown @core_context (a claim
+ * already let go) returns 0 at once. Returns 0 or -EINVAL (no such
+ * registered client).
  */
 typedef int (*p2pdirect_invalidate_peer_memory)(void *reg_handle, u64 core_context);
 
@@ -97,8 +106,12 @@ void *p2pdirect_register_peer_memory_client(const struct p2pdirect_peer_memory_c
 
 /*
  * Unregisters: no new claim reaches the client; every claim it holds is
- * invalidated as if the client had called the invalidation function; returns
- * once the client's last context is released. May sleep.
+ * invalidated as if the client had called the invalidation function (the
+ * consumers' callbacks and the client's release callbacks run in the
+ * calling thread); returns once the client's last context is released. May
+ * sleep; not from a callback, nor holding a lock a callback takes. A handle
+ * that is not registered (NULL, an ERR_PTR, one unregistered already) is
+ * refused with a warning in the kernel log and nothing done.
  */
 void p2pdirect_unregister_peer_memory_client(void *reg_handle);
 
@@ -124,13 +137,22 @@ struct p2pdirect_peer_seg {
  * bind, unbind, reset or remove a PCI device, nor wait for work that does.
  * The consumer must stop DMA to it before returning; p2pdirect then unmaps and
  * unpins it, and later maps fail with -ESTALE. The callback may run before
- * this function returns, may sleep, and should not call into this API
+ * this function returns, or while p2pdirect_peer_dma_map() runs, before its
+ * segments reach the caller: a consumer that starts DMA with them holds a
+ * lock of its own across the map and takes it in the callback (no lock of
+ * p2pdirect's is held while the callback runs), or checks a count the
+ * callback raises. The callback runs in the thread of whatever takes the
+ * memory away (a process's FREE, close or exit; a device's removal; the
+ * client's invalidation or unregister call, with that client's locks
+ * held), may sleep, and should not call into this API
  * (defer the put; a p2pdirect_peer_put() of this range from inside the
  * callback is taken as the put, and returns without waiting: the
  * invalidation unmaps and unpins once the callback returns); it is required (NULL: -EINVAL), since a consumer that is not told
  * could keep DMAing into memory given to someone else. Returns an ERR_PTR:
  * -EINVAL (empty or wrapping range, or no @invalidate), -ENXIO
- * (no client owns the range: not device memory), -EFAULT (no user address
+ * (no client owns the range: not device memory; or the range, claimed by
+ * the P2PDMA-pages client, held other pages when pinned: a mapping replaced
+ * meanwhile), -EFAULT (no user address
  * space: a kernel thread, whatever the range; nothing mapped at @addr; a
  * range partly in device memory; a mapping whose allocation was freed; with
  * @write, a mapping without PROT_WRITE; or, for another driver's P2PDMA
@@ -149,7 +171,11 @@ struct p2pdirect_peer_mem *p2pdirect_peer_get(unsigned long addr, size_t size, b
  * the number of segments, or -EREMOTEIO (@dev cannot reach the memory; for
  * another module's client, whatever its dma_map returns),
  * -E2BIG (more than @max_segs segments), -EBUSY (already mapped), -ESTALE
- * (invalidated), -ENODEV (@dev is not a PCI function), -ENOMEM.
+ * (invalidated), -ENODEV (@dev is not a PCI function), -ENOMEM, or what the
+ * DMA API's dma_map_sgtable() returns when the path goes through the host
+ * bridge and an IOMMU (-EIO, -EINVAL). A mapping is for both directions
+ * whatever @write was. The segments may be invalidated before they are
+ * returned (see p2pdirect_peer_get()).
  */
 int p2pdirect_peer_dma_map(struct p2pdirect_peer_mem *mem, struct device *dev,
 			   struct p2pdirect_peer_seg *segs, unsigned int max_segs);
@@ -172,7 +198,12 @@ unsigned long p2pdirect_peer_page_size(struct p2pdirect_peer_mem *mem);
  * Called from inside @invalidate for its own range, it returns at once
  * (the invalidation finishes the release when the callback returns); @mem
  * is gone then as after any put, so no other thread of the consumer may
- * still be inside a p2pdirect_peer_*() call with it.
+ * still be inside a p2pdirect_peer_*() call with it. That put does not
+ * wait for the unmap and unpin, nor for the callback's own code to end: a
+ * consumer that puts from its callback and then unbinds its device or
+ * unloads waits first for its callback to have returned (for its
+ * invalidation count to settle, or for a completion the callback signals
+ * last).
  */
 void p2pdirect_peer_put(struct p2pdirect_peer_mem *mem);
 

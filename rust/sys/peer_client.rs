@@ -306,10 +306,46 @@ pub(crate) unsafe fn register<T: KernelApi>(
         // SAFETY: writable (caller).
         unsafe { *invalidate = invalidate_fn };
     }
-    match T::register(client) {
-        Ok(h) => h.into_foreign().cast(),
-        Err(_) => core::ptr::null_mut(),
+    let Ok(h) = T::register(client) else {
+        return core::ptr::null_mut();
+    };
+    let handle = h.into_foreign();
+    if handles()
+        .push(
+            Handle {
+                addr: handle as usize,
+                dying: false,
+            },
+            GFP_KERNEL,
+        )
+        .is_err()
+    {
+        // SAFETY: `into_foreign` just above; never handed out.
+        T::unregister(unsafe { <Arc<T::Client> as ForeignOwnable>::from_foreign(handle) });
+        return core::ptr::null_mut();
     }
+    handle.cast()
+}
+
+/// A handle `register` handed out.
+struct Handle {
+    addr: usize,
+    /// Its unregister call runs.
+    dying: bool,
+}
+
+super::global::global_mutex! {
+    static HANDLES: KVec<Handle> = KVec::new();
+    /// The handles' global: set up in module init before the kernel API can
+    /// be called, emptied after (every client module, which depends on this
+    /// one, is gone by then).
+    pub(crate) struct Handles;
+    /// The handles handed out whose unregister call has not yet returned
+    /// (a leaf lock). Each is the reference to its client that `register`
+    /// leaked with `into_foreign`, released only after its entry is
+    /// removed: a call that finds its handle here under the lock may take
+    /// a reference of its own.
+    fn handles;
 }
 
 fn chars_as_bytes(raw: &[kernel::ffi::c_char]) -> &[u8] {
@@ -323,30 +359,47 @@ fn is_err_or_null(p: *mut c_void) -> bool {
     p.is_null() || kernel::error::from_err_ptr(p).is_err()
 }
 
-/// `p2pdirect_unregister_peer_memory_client()`.
-///
-/// # Safety
-///
-/// `handle` came from [`register`] and is unregistered once.
-pub(crate) unsafe fn unregister<T: KernelApi>(handle: *mut c_void) {
-    if is_err_or_null(handle) {
-        return;
+/// `p2pdirect_unregister_peer_memory_client()`. A handle that is not
+/// registered (never, or unregistered already or meanwhile) is refused with
+/// a warning, without being dereferenced.
+pub(crate) fn unregister<T: KernelApi>(handle: *mut c_void) {
+    let addr = handle as usize;
+    {
+        let mut list = handles();
+        let Some(h) = list.iter_mut().find(|h| h.addr == addr && !h.dying) else {
+            drop(list);
+            if !is_err_or_null(handle) {
+                pr_warn!("peer-memory client unregister: {addr:#x} is not a registered handle\n");
+            }
+            return;
+        };
+        h.dying = true;
     }
-    // SAFETY: the reference `register` handed out (caller).
-    T::unregister(unsafe { <Arc<T::Client> as ForeignOwnable>::from_foreign(handle.cast()) });
+    // SAFETY: listed, so the reference `register` leaked is alive: only this
+    // call, which marked the entry dying, takes it back.
+    let client = unsafe { <Arc<T::Client> as ForeignOwnable>::from_foreign(handle.cast()) };
+    T::unregister(client.clone());
+    handles().retain(|h| h.addr != addr);
+    // Last: an invalidation that found the handle listed holds a reference
+    // of its own.
+    drop(client);
 }
 
-/// The invalidation function handed to clients.
-///
-/// # Safety
-///
-/// `handle` came from [`register`] and is not yet unregistered.
-pub(crate) unsafe fn invalidate<T: KernelApi>(handle: *mut c_void, core_context: u64) -> c_int {
-    if handle.is_null() {
-        return EINVAL.to_errno();
-    }
-    // SAFETY: live until unregistered (caller).
-    let client = unsafe { <Arc<T::Client> as ForeignOwnable>::borrow(handle.cast()) };
+/// The invalidation function handed to clients. A handle that is not
+/// registered (any more) gives `EINVAL` without being dereferenced; one
+/// whose unregister call runs is still served.
+pub(crate) fn invalidate<T: KernelApi>(handle: *mut c_void, core_context: u64) -> c_int {
+    let addr = handle as usize;
+    let client: Arc<T::Client> = {
+        let list = handles();
+        if !list.iter().any(|h| h.addr == addr) {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: listed, so the reference `register` leaked is alive until
+        // its unregister call removes the entry under this lock, and this
+        // takes a reference of its own first.
+        unsafe { <Arc<T::Client> as ForeignOwnable>::borrow(handle.cast()) }.into()
+    };
     match T::invalidate(&client, core_context) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
@@ -518,8 +571,7 @@ macro_rules! kernel_api {
             /// The contract include/linux/p2pdirect.h states for the caller.
             #[no_mangle]
             unsafe extern "C" fn p2pdirect_unregister_peer_memory_client(handle: *mut c_void) {
-                // SAFETY: as above.
-                unsafe { api::unregister::<$t>(handle) }
+                api::unregister::<$t>(handle)
             }
 
             /// The kernel API entry point of this name.
@@ -531,8 +583,7 @@ macro_rules! kernel_api {
                 handle: *mut c_void,
                 core_context: u64,
             ) -> kernel::ffi::c_int {
-                // SAFETY: as above.
-                unsafe { api::invalidate::<$t>(handle, core_context) }
+                api::invalidate::<$t>(handle, core_context)
             }
 
             /// The kernel API entry point of this name.

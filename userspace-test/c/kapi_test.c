@@ -603,4 +603,42 @@ TEST_F(ka, client_unload_invalidates)
 	ASSERT_EQ(0, system("insmod /p2pd_client.ko"));
 }
 
+/*
+ * A client that invalidates after it unregistered (a driver freeing its
+ * memory in remove after the unregister call) gets EINVAL, and nothing of
+ * the gone client is touched (the debug kernel's KASAN would see it); the
+ * unregister invalidated what the consumer kept.
+ */
+TEST_F(ka, client_invalidate_after_unregister_is_refused)
+{
+	unsigned int claims, inval;
+	struct tm_state st;
+	char buf[96] = "";
+	int mem, ctl, stale = 0;
+	void *p;
+
+	mem = open(CLIENT_MEM, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(mem, 0);
+	p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	ASSERT_EQ(0, tm_cmd(self->peer, "acquire %lx %llx %s", (unsigned long)p, PAGE, self->sw));
+	ctl = open(CLIENT_CTL, O_RDWR | O_CLOEXEC);
+	ASSERT_GE(ctl, 0);
+	EXPECT_EQ(-EBUSY, tm_cmd(ctl, "invalidate-stale"));
+	ASSERT_EQ(0, tm_cmd(ctl, "unregister"));
+	ASSERT_EQ(0, tm_state(self->peer, &st));
+	EXPECT_EQ(1u, st.invalidations);
+	EXPECT_EQ(0, st.mapped);
+	ASSERT_EQ(0, tm_cmd(ctl, "invalidate-stale"));
+	ASSERT_GT(read(ctl, buf, sizeof(buf) - 1), 0);
+	ASSERT_EQ(3, sscanf(buf, "claims %u invalidated %u stale %d", &claims, &inval, &stale));
+	EXPECT_EQ(-EINVAL, stale) TH_LOG("the invalidation function with a gone handle: %d", stale);
+	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
+	close(ctl);
+	munmap(p, PAGE);
+	close(mem);
+	ASSERT_EQ(0, system("rmmod p2pd_client"));
+	ASSERT_EQ(0, system("insmod /p2pd_client.ko"));
+}
+
 TEST_HARNESS_MAIN

@@ -1270,7 +1270,10 @@ fn bounce(
         }
         done += moved;
         zeroed += z;
-        if moved < n {
+        // A killed task (or the io_uring worker of a dying process, whose
+        // exit waits for it) stops after the chunk: the result goes
+        // nowhere, and the rest could take as long as the device likes.
+        if moved < n || crate::sys::resched() {
             break;
         }
     }

@@ -39,6 +39,15 @@ pub(crate) mod c {
     include!("ffi/shim_generated.rs");
 }
 
+/// A rescheduling point in a long loop of the calling task; whether the
+/// task is being killed (a fatal signal pending), at which a loop whose
+/// result nobody will read may stop. Process context only.
+pub(crate) fn resched() -> bool {
+    // SAFETY: takes no arguments; `cond_resched()` and
+    // `fatal_signal_pending(current)` only look at the current task.
+    unsafe { c::p2pdirect_resched() }
+}
+
 /// [`kernel::types::Opaque::get`] without the call: the C object an
 /// `Opaque` wraps. In these kernels `Opaque::get` is not `#[inline]`, so
 /// each use is a call into vmlinux; the I/O path uses this instead.

@@ -60,9 +60,11 @@ bool p2pdirect_has_leases(struct file *f)
 	return ctx && !list_empty_careful(&ctx->flc_lease);
 }
 
-void p2pdirect_cond_resched(void)
+/* A rescheduling point; whether the task is being killed (fatal_signal_pending()). */
+bool p2pdirect_resched(void)
 {
 	cond_resched();
+	return fatal_signal_pending(current);
 }
 
 int p2pdirect_pci_domain(struct pci_dev *pdev)

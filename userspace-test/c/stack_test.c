@@ -33,6 +33,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <linux/p2pdirect.h>
@@ -648,6 +650,115 @@ TEST_F(stk, register_fault_does_not_block_the_file)
 	EXPECT_EQ(-1, reg.ret);
 	EXPECT_EQ(ENXIO, reg.err);
 	munmap(m, 4096);
+	close(fd);
+}
+
+/* Sectors read from the block device at @path so far (its /sys stat), or -1. */
+static long long sectors_read(const char *path)
+{
+	unsigned long long v[3];
+	char sys[64];
+	struct stat st;
+	FILE *f;
+	int n;
+
+	if (stat(path, &st))
+		return -1;
+	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u/stat", major(st.st_rdev),
+		 minor(st.st_rdev));
+	f = fopen(sys, "r");
+	if (!f)
+		return -1;
+	n = fscanf(f, "%llu %llu %llu", &v[0], &v[1], &v[2]);
+	fclose(f);
+	return n == 3 ? (long long)v[2] : -1;
+}
+
+/* The state letter of process @pid (/proc/PID/stat), or 0. */
+static char proc_state(pid_t pid)
+{
+	char path[32], buf[256], *p;
+	int fd, n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
+/*
+ * A COMPAT READ bounces through host memory 1 MiB at a time; a task killed
+ * during one stops after that chunk (its result goes nowhere). Before, it
+ * read on to the end, as long as the device took: here 4 MiB from a
+ * suspended dm device, and an io_uring worker of a dying process doing such
+ * a bounce held up the process's exit (which io_uring WARNs about after
+ * five minutes). The READ runs in a child sharing the /dev/p2pdirect file
+ * (registered memory needs no mapping there); the device's own read count
+ * shows how far it went.
+ */
+TEST_F(stk, killed_compat_read_stops_after_its_chunk)
+{
+	const char *path = getenv("P2P_DM_LINEAR");
+	struct p2pdirect_register rg = {
+		.addr = (uintptr_t)self->map, .size = BUF, .flags = P2PDIRECT_REG_WRITE,
+	};
+	long long before, after;
+	int fd, status = 0;
+	char state = 0;
+	pid_t pid;
+
+	ASSERT_NE(NULL, path);
+	fd = open(path, O_RDONLY | O_DIRECT);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &rg));
+	before = sectors_read(path);
+	ASSERT_LE(0, before);
+	ASSERT_EQ(0, dm("suspend", path));
+	/* Until the resume: no ASSERT, which would leave the device suspended. */
+	pid = fork();
+	if (pid == 0) {
+		struct p2pdirect_io r = {
+			.fd = fd, .flags = P2PDIRECT_IO_REGISTERED | P2PDIRECT_IO_COMPAT,
+			.addr = rg.id, .size = BUF, .file_offset = 2 * MiB,
+		};
+
+		ioctl(self->dev, P2PDIRECT_IOC_READ, &r);
+		_exit(0);
+	}
+	EXPECT_LT(0, pid);
+	for (int i = 0; pid > 0 && i < 200 && state != 'D'; i++) {
+		usleep(50 * 1000);
+		state = proc_state(pid);
+	}
+	EXPECT_EQ('D', state) TH_LOG("the READ did not wait for the suspended device");
+	if (pid > 0)
+		kill(pid, SIGKILL);
+	usleep(200 * 1000);
+	EXPECT_EQ(0, dm("resume", path));
+	if (pid > 0) {
+		EXPECT_EQ(pid, waitpid(pid, &status, 0));
+		EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	}
+	after = sectors_read(path);
+	EXPECT_EQ((long long)(MiB / 512), after - before)
+		TH_LOG("the killed READ read %lld sectors, not its first chunk's", after - before);
+	EXPECT_EQ(0ull, fill_diff(self->map, MiB, PART_START(3) + 2 * MiB, 8));
+	rec_gpu_fill(self, 0, MiB, 8, PART_START(3) + 2 * MiB);
+	for (__u64 i = MiB; i < BUF; i++)
+		if (self->map[i]) {
+			EXPECT_EQ(0, self->map[i]) TH_LOG("device memory at %#llx written",
+							  (unsigned long long)i);
+			break;
+		}
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_DEREGISTER,
+			   &(struct p2pdirect_reg_id){ .id = rg.id }));
 	close(fd);
 }
 

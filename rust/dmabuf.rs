@@ -95,17 +95,20 @@ pub(crate) fn user_range(addr: u64, len: u64) -> Result<Option<Arc<AllocState>>>
 
 impl Exporter for Export {
     fn attach(&self, imp: &Importer<'_>) -> Result {
+        // First: a static importer (dma_buf_attach()) has neither, and what
+        // it lacks first is the callback.
+        if !imp.revocable() {
+            refuse!(
+                eopnotsupp(),
+                "dma-buf attach refused: {} cannot be revoked (a static importer, or no \
+                 invalidate_mappings callback)\n",
+                imp.name()
+            );
+        }
         if !imp.allows_p2p() {
             refuse!(
                 eopnotsupp(),
                 "dma-buf attach refused: {} does not accept peer-to-peer memory (allow_peer2peer)\n",
-                imp.name()
-            );
-        }
-        if !imp.revocable() {
-            refuse!(
-                eopnotsupp(),
-                "dma-buf attach refused: {} cannot be revoked (no invalidate_mappings callback)\n",
                 imp.name()
             );
         }

@@ -787,7 +787,10 @@ struct p2pdirect_stats {
  * (a ring set up with IORING_SETUP_SQE128, or the opcode
  * IORING_OP_URING_CMD128 on one set up with IORING_SETUP_SQE_MIXED, which
  * the kernel hands over the same way; else -EINVAL). The kernel reads
- * the struct once, at submission. The 40 bytes of the command area after
+ * the struct at submission, and for a command io_uring's worker issues
+ * again, from io_uring's copy of the SQE taken during the submission (so
+ * rewriting the SQ entry after io_uring_enter() returned changes
+ * nothing). The 40 bytes of the command area after
  * it are reserved and must be zero, and sqe->uring_cmd_flags must be 0
  * (no IORING_URING_CMD_FIXED: memory is named by @addr, as for the ioctls).
  * The SQE fields the command does not use must be zero too (since ABI
@@ -802,7 +805,11 @@ struct p2pdirect_stats {
  *  -EINVAL  the ring does not use 128-byte SQEs, reserved bytes not zero,
  *           uring_cmd_flags set, an unused SQE field set (since 1.11);
  *  -EBUSY   the /dev/p2pdirect file already has
- *           P2PDIRECT_URING_MAX_INFLIGHT commands in flight. A transfer
+ *           P2PDIRECT_URING_MAX_INFLIGHT commands in flight. The places
+ *           are the open file's, shared by every ring and process using
+ *           it: a submitter that does not run its task work (stopped, or
+ *           a DEFER_TASKRUN ring it does not enter) keeps its places, and
+ *           the others get -EBUSY until it does. A transfer
  *           holds its place from its issue until its CQE is posted (from
  *           task work in the submitting task), so MAX + 1 READs submitted
  *           in one io_uring_enter, none of which goes to io_uring's worker,
@@ -814,6 +821,14 @@ struct p2pdirect_stats {
  *
  * Completion: cqe->res is the number of bytes moved (short at the end of a
  * block device or file, and after a failed part, as the ioctls) or -errno.
+ * io_uring breaks an IOSQE_IO_LINK chain at a command only when res is
+ * negative: a short READ does not stop the WRITE linked after it (test res
+ * against @size where it matters), and IORING_OP_LINK_TIMEOUT cannot
+ * cancel a command issued inline (its CQE says -ENOENT and the command
+ * runs on). A raw WRITE on an fd opened O_DSYNC or O_SYNC issued through
+ * io_uring is made durable by its FUA bios alone, as the block layer's own
+ * asynchronous direct writes are: no cache flush follows it (the ioctl
+ * sends one, see WRITE), so no flush error can fail it.
  * With 32-byte CQEs (IORING_SETUP_CQE32), big_cqe[0] holds the counts the
  * ioctls return in struct p2pdirect_io: bits 0-31 p2p_bytes, bits 32-63
  * bounce_bytes (one I/O moves less than 2 GiB); zeroed_bytes is bytes -
@@ -861,8 +876,14 @@ struct p2pdirect_stats {
  * happen when the worker starts, after io_uring_enter() returned, so a
  * FREE, munmap or close right after the submission can make them fail
  * (-ENXIO, -EFAULT, -EBADF; registered memory: -ENOENT, -ESTALE after a
- * DEREGISTER or an invalidation); a worker command that has not started
- * when its ring is closed or its process exits ends with -ECANCELED. An
+ * DEREGISTER or an invalidation), and an fd number or an address reused
+ * meanwhile (dup2() over @fd, a new mmap at @addr) is what the worker's
+ * command uses: keep @fd and the memory as they are until the CQE, as
+ * for any asynchronous I/O. A worker command that has not started
+ * when its ring is closed ends with -ECANCELED; when its process exits,
+ * io_uring cancels what its workers have not taken yet, and a worker
+ * that is busy may still take and run the next (its CQE then goes
+ * nowhere). An
  * I/O in flight holds its memory like an ioctl does: FREE, DEREGISTER,
  * close and process exit revoke the mapping at once, and the memory is
  * reused only after the I/O released it. A started command

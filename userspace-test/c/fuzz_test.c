@@ -1654,9 +1654,8 @@ static void uring_cqe(struct worker *w, struct io_uring_cqe *cqe)
 	if (cqe->res >= 0) {
 		const char *what = q->write ? "io_uring WRITE" : "io_uring READ";
 
-		expect(w, q->bad, "%s succeeded (%d) with a field the header says must be zero, "
-		       "an unknown cmd_op, 64-byte SQEs or a read-only /dev/p2pdirect", what,
-		       cqe->res);
+		expect(w, q->bad, "%s succeeded (%d) with a bad field, cmd_op, SQE size or open mode",
+		       what, cqe->res);
 		q->io.bytes = (__u32)cqe->res;
 		if (big) {
 			q->io.p2p_bytes = cqe->big_cqe[0] & 0xffffffff;
@@ -1758,11 +1757,21 @@ static void op_uring(struct worker *w)
 			q->bad = true;
 		} else if (r < 10) {
 			switch (rnd(w, 5)) {
-			case 0: sqe->ioprio = 1 + rnd(w, 0xffff); break;
-			case 1: sqe->addr = 1 + rnd64(w) / 2; break;
-			case 2: sqe->len = 1 + rnd(w, 0xffffffff); break;
-			case 3: sqe->buf_index = 1 + rnd(w, 0xffff); break;
-			default: sqe->file_index = 1 + rnd(w, 0xffffffff); break;
+			case 0:
+				sqe->ioprio = 1 + rnd(w, 0xffff);
+				break;
+			case 1:
+				sqe->addr = 1 + rnd64(w) / 2;
+				break;
+			case 2:
+				sqe->len = 1 + rnd(w, 0xffffffff);
+				break;
+			case 3:
+				sqe->buf_index = 1 + rnd(w, 0xffff);
+				break;
+			default:
+				sqe->file_index = 1 + rnd(w, 0xffffffff);
+				break;
 			}
 			q->bad = true;
 		} else if (r < 13) {

@@ -614,7 +614,7 @@ TEST_F(ka, client_invalidate_after_unregister_is_refused)
 	unsigned int claims, inval;
 	struct tm_state st;
 	char buf[96] = "";
-	int mem, ctl, stale = 0;
+	int mem, ctl, n, stale = 0;
 	void *p;
 
 	mem = open(CLIENT_MEM, O_RDWR | O_CLOEXEC);
@@ -631,7 +631,8 @@ TEST_F(ka, client_invalidate_after_unregister_is_refused)
 	EXPECT_EQ(0, st.mapped);
 	ASSERT_EQ(0, tm_cmd(ctl, "invalidate-stale"));
 	ASSERT_GT(read(ctl, buf, sizeof(buf) - 1), 0);
-	ASSERT_EQ(3, sscanf(buf, "claims %u invalidated %u stale %d", &claims, &inval, &stale));
+	n = sscanf(buf, "claims %u invalidated %u stale %d", &claims, &inval, &stale);
+	ASSERT_EQ(3, n);
 	EXPECT_EQ(-EINVAL, stale) TH_LOG("the invalidation function with a gone handle: %d", stale);
 	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
 	close(ctl);

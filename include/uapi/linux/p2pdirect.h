@@ -824,8 +824,8 @@ struct p2pdirect_stats {
  * io_uring breaks an IOSQE_IO_LINK chain at a command only when res is
  * negative: a short READ does not stop the WRITE linked after it (test res
  * against @size where it matters), and IORING_OP_LINK_TIMEOUT cannot
- * cancel a command issued inline (its CQE says -ENOENT and the command
- * runs on). A raw WRITE on an fd opened O_DSYNC or O_SYNC issued through
+ * cancel a command issued inline (the command runs on, as with
+ * IORING_OP_ASYNC_CANCEL below). A raw WRITE on an fd opened O_DSYNC or O_SYNC issued through
  * io_uring is made durable by its FUA bios alone, as the block layer's own
  * asynchronous direct writes are: no cache flush follows it (the ioctl
  * sends one, see WRITE), so no flush error can fail it.

@@ -50,6 +50,50 @@ pub(crate) struct SqeFields {
     pub(crate) file_index: u32,
 }
 
+/// The command area of a 128-byte SQE, copied. On an inline issue the
+/// bytes are in the ring, which userspace may write meanwhile, so they are
+/// copied once, with volatile reads (`READ_ONCE`: the compiler may neither
+/// drop the copy nor read a field from the ring again later), and only the
+/// copy is used.
+///
+/// # Safety
+///
+/// `sqe` is a 128-byte SQE, readable for the call.
+unsafe fn payload(sqe: *const helpers::io_uring_sqe) -> [u8; SQE128_CMD_BYTES] {
+    // SAFETY: the command area of a 128-byte SQE (from `cmd`, to the end of
+    // its second half) has `SQE128_CMD_BYTES` readable bytes (caller).
+    let src = unsafe { sqe.cast::<u8>().add(SQE_CMD_OFFSET) };
+    let mut out = [0u8; SQE128_CMD_BYTES];
+    for (i, b) in out.iter_mut().enumerate() {
+        // SAFETY: `i` is below `SQE128_CMD_BYTES`, inside the area.
+        *b = unsafe { src.add(i).read_volatile() };
+    }
+    out
+}
+
+/// The SQE fields io_uring leaves to the driver, each read once (as
+/// `READ_ONCE` does: userspace may write an inline-issued SQE meanwhile).
+///
+/// # Safety
+///
+/// `sqe` is an SQE, readable for the call.
+unsafe fn sqe_fields(sqe: *const helpers::io_uring_sqe) -> SqeFields {
+    let sqe = sqe.cast::<u8>();
+    // SAFETY: the first 64 bytes of the SQE are readable (caller); each
+    // field lies inside them at its ABI offset (checked against the header
+    // in the shim), aligned for its type (an SQE, in the ring or in
+    // io_uring's copy, is at least 8-byte aligned: a struct of `u64`
+    // fields).
+    unsafe {
+        SqeFields {
+            addr: sqe.add(16).cast::<u64>().read_volatile(),
+            len: sqe.add(24).cast::<u32>().read_volatile(),
+            buf_index: sqe.add(40).cast::<u16>().read_volatile(),
+            file_index: sqe.add(44).cast::<u32>().read_volatile(),
+        }
+    }
+}
+
 /// A command being issued to the driver.
 ///
 /// # Invariants
@@ -61,6 +105,16 @@ pub(crate) struct UringCmd {
     raw: NonNull<RawCmd>,
     issue_flags: u32,
     queued: bool,
+    /// What the accessors return, read when the issue began: once a
+    /// [`PendingCmd`] completed the command (from another thread's task
+    /// work, while this issue still runs in io_uring's worker), io_uring
+    /// may recycle the request and its copy of the SQE, so nothing of them
+    /// is read after [`UringCmd::queue`].
+    file: *mut bindings::file,
+    op: u32,
+    flags: u32,
+    sqe: SqeFields,
+    payload: Option<[u8; SQE128_CMD_BYTES]>,
 }
 
 impl UringCmd {
@@ -69,39 +123,48 @@ impl UringCmd {
     /// `raw` is the command of a `uring_cmd` call, which must return
     /// `-EIOCBQUEUED` if [`UringCmd::queued`] says so afterwards.
     pub(crate) unsafe fn from_raw(raw: NonNull<bindings::io_uring_cmd>, issue_flags: u32) -> Self {
+        let raw = raw.cast::<RawCmd>();
+        // SAFETY: the command is valid during the issue (the caller's
+        // promise), and nothing has completed it yet; io_uring does not
+        // write these fields meanwhile. Read field by field: no reference
+        // covers the `pdu`, which a queued completion may write.
+        let (file, sqe, op, flags) = unsafe {
+            let r = raw.as_ptr();
+            ((*r).file, (*r).sqe, (*r).cmd_op, (*r).flags)
+        };
+        let sqe128 = issue_flags & (helpers::io_uring_cmd_flags_IO_URING_F_SQE128 as u32) != 0;
+        // SAFETY: as above, the SQE is valid during the issue, and has 128
+        // bytes when io_uring says so.
+        let (fields, payload) = unsafe { (sqe_fields(sqe), sqe128.then(|| payload(sqe))) };
         // INVARIANT: the caller's promise. The kernel crate declares the
         // struct opaque; `RawCmd` is its layout, generated from the same
         // header.
         Self {
-            raw: raw.cast(),
+            raw,
             issue_flags,
             queued: false,
+            file,
+            op,
+            flags,
+            sqe: fields,
+            payload,
         }
-    }
-
-    /// The command's file, SQE, `cmd_op` and flags, read field by field:
-    /// no reference covers the `pdu`, which a queued completion may write.
-    fn fields(&self) -> (*mut bindings::file, *const helpers::io_uring_sqe, u32, u32) {
-        let raw = self.raw.as_ptr();
-        // SAFETY: the command is valid during the issue (type invariant);
-        // io_uring does not write these fields meanwhile.
-        unsafe { ((*raw).file, (*raw).sqe, (*raw).cmd_op, (*raw).flags) }
     }
 
     /// The `struct file` the command was issued on.
     pub(crate) fn file_raw(&self) -> *mut bindings::file {
-        self.fields().0
+        self.file
     }
 
     /// `sqe->cmd_op`.
     pub(crate) fn op(&self) -> u32 {
-        self.fields().2
+        self.op
     }
 
     /// `sqe->uring_cmd_flags`: the `IORING_URING_CMD_*` flags the submitter
     /// set (io_uring's own, such as its reissue mark, left out).
     pub(crate) fn cmd_flags(&self) -> u32 {
-        self.fields().3 & helpers::IORING_URING_CMD_MASK
+        self.flags & helpers::IORING_URING_CMD_MASK
     }
 
     fn issue_flag(&self, flag: helpers::io_uring_cmd_flags) -> bool {
@@ -114,48 +177,16 @@ impl UringCmd {
         self.issue_flag(helpers::io_uring_cmd_flags_IO_URING_F_NONBLOCK)
     }
 
-    /// A copy of the SQE's command area, read once; `None` if the ring does
-    /// not use 128-byte SQEs.
+    /// A copy of the SQE's command area, read once when the issue began;
+    /// `None` if the ring does not use 128-byte SQEs.
     pub(crate) fn payload(&self) -> Option<[u8; SQE128_CMD_BYTES]> {
-        if !self.issue_flag(helpers::io_uring_cmd_flags_IO_URING_F_SQE128) {
-            return None;
-        }
-        let sqe = self.fields().1;
-        // On an inline issue the bytes are in the ring, which userspace may
-        // write meanwhile, so they are copied once, here, with volatile
-        // reads (`READ_ONCE`: the compiler may neither drop the copy nor
-        // read a field from the ring again later), and only the copy is used.
-        // SAFETY: as in `fields`, the SQE is valid during the issue; the
-        // command area of a 128-byte SQE (from `cmd`, to the end of its second
-        // half) has `SQE128_CMD_BYTES` readable bytes.
-        let src = unsafe { sqe.cast::<u8>().add(SQE_CMD_OFFSET) };
-        let mut out = [0u8; SQE128_CMD_BYTES];
-        for (i, b) in out.iter_mut().enumerate() {
-            // SAFETY: `i` is below `SQE128_CMD_BYTES`, inside the area.
-            *b = unsafe { src.add(i).read_volatile() };
-        }
-        Some(out)
+        self.payload
     }
 
     /// The SQE fields io_uring leaves to the driver ([`SqeFields`]), each
-    /// read once.
+    /// read once when the issue began.
     pub(crate) fn sqe_fields(&self) -> SqeFields {
-        let sqe = self.fields().1.cast::<u8>();
-        // SAFETY: as in `fields`, the SQE is valid during the issue, and its
-        // first 64 bytes are readable; each field lies inside them at its
-        // ABI offset (checked against the header in the shim), aligned for
-        // its type (an SQE, in the ring or in io_uring's copy, is at least
-        // 8-byte aligned: a struct of `u64` fields). Userspace may write an
-        // inline-issued SQE meanwhile: each field is read once, as
-        // `READ_ONCE` does, and only the copy is used.
-        unsafe {
-            SqeFields {
-                addr: sqe.add(16).cast::<u64>().read_volatile(),
-                len: sqe.add(24).cast::<u32>().read_volatile(),
-                buf_index: sqe.add(40).cast::<u16>().read_volatile(),
-                file_index: sqe.add(44).cast::<u32>().read_volatile(),
-            }
-        }
+        self.sqe
     }
 
     /// Takes over the command's completion: the `uring_cmd` call then

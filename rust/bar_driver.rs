@@ -24,6 +24,9 @@ pub(crate) struct BarDriver;
 /// Per-device state: the provider, unregistered when the device goes.
 pub(crate) struct BoundBar {
     provider: Arc<Provider>,
+    /// Dropped after `provider` (fields drop in order): the function stays
+    /// enabled until its memory is back.
+    _enabled: ffi::MemEnabled,
 }
 
 impl Drop for BoundBar {
@@ -97,7 +100,7 @@ impl BarDriver {
     fn bind(pdev: &pci::Device<Core<'_>>) -> Result<BoundBar> {
         let result = (|| {
             let len = check_bar(pdev)?;
-            pdev.enable_device_mem()?;
+            let enabled = ffi::MemEnabled::new(pdev)?;
             ffi::p2pdma_add_bar(pdev, MEM_BAR)?;
             let size = usize::try_from(len).map_err(|_| EINVAL)?;
             let dev: &pci::Device = pdev;
@@ -111,7 +114,10 @@ impl BarDriver {
                 len >> 20,
                 provider.bus_addr
             );
-            Ok(BoundBar { provider })
+            Ok(BoundBar {
+                provider,
+                _enabled: enabled,
+            })
         })();
         if let Err(e) = &result {
             dev_err!(pdev, "not registered as a provider ({:?})\n", e);

@@ -8,7 +8,9 @@
 pub(crate) use crate::sys::blkdev::{DmaLeg, Limits};
 pub(crate) use crate::sys::file::FileMapping;
 pub(crate) use crate::sys::gup::{user_addr_is_p2pdma, Pages};
-pub(crate) use crate::sys::pci_p2pdma::{add_bar as p2pdma_add_bar, bar_is_mem, HeldPages, P2pMem};
+pub(crate) use crate::sys::pci_p2pdma::{
+    add_bar as p2pdma_add_bar, bar_is_mem, HeldPages, MemEnabled, P2pMem,
+};
 use crate::sys::{blkdev::BlockDevice, dma::DmaMapping, file as sys_file, pci_p2pdma};
 
 use kernel::{fs::File, pci, prelude::*, sync::aref::ARef};

@@ -144,6 +144,37 @@ pub(crate) fn bar_owner(phys: u64) -> Option<ARef<pci::Device>> {
     }
 }
 
+/// A PCI function the driver bound to it enabled (`pci_enable_device_mem()`);
+/// disabled again when dropped (`pci_disable_device()`), at the unbind or
+/// when the probe fails after it. The PCI core does not do it: each bind
+/// would add to the function's enable count, so that the next driver's
+/// disable would not bring it to 0.
+///
+/// # Invariants
+///
+/// `dev` was enabled once by [`MemEnabled::new`] and not disabled since.
+pub(crate) struct MemEnabled {
+    dev: ARef<pci::Device>,
+}
+
+impl MemEnabled {
+    /// Enables `dev`'s memory decoding for the driver bound to it.
+    pub(crate) fn new(dev: &pci::Device<Core<'_>>) -> Result<Self> {
+        dev.enable_device_mem()?;
+        let dev: &pci::Device = dev;
+        // INVARIANT: enabled just above.
+        Ok(Self { dev: dev.into() })
+    }
+}
+
+impl Drop for MemEnabled {
+    fn drop(&mut self) {
+        // SAFETY: `dev` is a valid PCI device (a reference is held), enabled
+        // once by `new` (type invariant); this balances that enable.
+        unsafe { bindings::pci_disable_device(raw(&self.dev)) };
+    }
+}
+
 /// Registers all of BAR `bar` of `dev` as P2PDMA memory (device-managed: the
 /// kernel removes it when the driver unbinds).
 pub(crate) fn add_bar(dev: &pci::Device<Core<'_>>, bar: u32) -> Result {

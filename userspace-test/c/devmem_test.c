@@ -631,10 +631,28 @@ TEST_F(dm, odirect_read_into_device_memory)
 	close(nfd);
 }
 
+/* How many times the PCI function @name is enabled (sysfs enable), or -1. */
+static int enable_count(const char *name)
+{
+	char path[96], buf[16] = "";
+	int fd, n;
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/enable", name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 ? atoi(buf) : -1;
+}
+
 /*
  * The device goes away while its memory is allocated and mapped: the mapping
  * is revoked (access gets SIGBUS), FREE still works, and the device comes
- * back as a new provider with all its memory free. Runs last: it renumbers.
+ * back as a new provider with all its memory free. The driver disables the
+ * function it enabled: the unbound function's enable count is 0, and a bind
+ * makes it 1 again (it used to grow by one per unbind and bind). Runs last:
+ * it renumbers.
  */
 TEST_F(dm, z_device_removal_revokes_mappings)
 {
@@ -654,9 +672,11 @@ TEST_F(dm, z_device_removal_revokes_mappings)
 	reg.addr = (uintptr_t)m;
 	reg.size = a.size;
 	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &reg));
+	EXPECT_EQ(1, enable_count(name));
 	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/unbind", name))
 		TH_LOG("unbind %s: %s", name, strerror(errno));
 	EXPECT_EQ(self->n - 1, list(self->fd, now, 8));
+	EXPECT_EQ(0, enable_count(name)) TH_LOG("the unbound GPU is still enabled");
 
 	signal(SIGBUS, on_fault);
 	signal(SIGSEGV, on_fault);
@@ -684,6 +704,7 @@ TEST_F(dm, z_device_removal_revokes_mappings)
 
 	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", name))
 		TH_LOG("bind %s: %s", name, strerror(errno));
+	EXPECT_EQ(1, enable_count(name));
 	ASSERT_EQ(self->n, list(self->fd, now, 8));
 	for (int i = 0; i < self->n; i++) {
 		if (now[i].kind == P2PDIRECT_PROVIDER_BAR)

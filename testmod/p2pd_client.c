@@ -8,11 +8,11 @@
  * memory: get_user_pages cannot pin them), and claims exactly the ranges
  * inside such a mapping. Writing "invalidate" to p2pd_client/ctl invalidates every claim
  * it handed out (its memory "freed"); "unregister" unregisters the client
- * at once (the module's exit then does not); "invalidate-stale" calls the
- * invalidation function with the handle of that unregistered client (a
- * careless driver that frees memory after it unregistered), keeping the
- * result. Reading ctl gives "claims N invalidated N stale R" (R: that
- * result, 1 before any).
+ * at once (the module's exit then does not), "register" registers it again;
+ * "invalidate-stale" calls the invalidation function with the handle of the
+ * last unregistered registration (a careless driver that frees memory after
+ * it unregistered), keeping the result. Reading ctl gives "claims N
+ * invalidated N stale R" (R: that result, 1 before any).
  */
 #include <linux/debugfs.h>
 #include <linux/dma-mapping.h>
@@ -40,7 +40,9 @@ static p2pdirect_invalidate_peer_memory invalidate_cb;
 static DEFINE_MUTEX(claims_lock);
 static LIST_HEAD(claims);
 static unsigned int nr_claims, nr_invalidated;
+static DEFINE_MUTEX(ctl_lock);	/* the registration state below */
 static bool unregistered;
+static void *stale_handle;
 static int stale_ret = 1;
 
 static const struct vm_operations_struct mem_vm_ops = {};
@@ -211,28 +213,48 @@ static void invalidate_all(void)
 	}
 }
 
+/* The registration commands of ctl, under ctl_lock. */
+static int ctl_registration(const char *cmd)
+{
+	if (!strcmp(cmd, "unregister")) {
+		if (unregistered)
+			return -EALREADY;
+		p2pdirect_unregister_peer_memory_client(reg_handle);
+		stale_handle = reg_handle;
+		unregistered = true;
+	} else if (!strcmp(cmd, "register")) {
+		if (!unregistered)
+			return -EALREADY;
+		reg_handle = p2pdirect_register_peer_memory_client(&client, &invalidate_cb);
+		if (!reg_handle)
+			return -EBUSY;
+		unregistered = false;
+	} else if (!strcmp(cmd, "invalidate-stale")) {
+		if (!stale_handle)
+			return -EBUSY;
+		stale_ret = invalidate_cb(stale_handle, 1);
+	} else {
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static ssize_t ctl_write(struct file *f, const char __user *ubuf, size_t len, loff_t *pos)
 {
 	char cmd[32];
+	int ret;
 
 	if (len >= sizeof(cmd) || copy_from_user(cmd, ubuf, len))
 		return -EINVAL;
 	cmd[len] = '\0';
 	if (!strcmp(strim(cmd), "invalidate")) {
 		invalidate_all();
-	} else if (!strcmp(strim(cmd), "unregister")) {
-		if (unregistered)
-			return -EALREADY;
-		p2pdirect_unregister_peer_memory_client(reg_handle);
-		unregistered = true;
-	} else if (!strcmp(strim(cmd), "invalidate-stale")) {
-		if (!unregistered)
-			return -EBUSY;
-		stale_ret = invalidate_cb(reg_handle, 1);
-	} else {
-		return -EINVAL;
+		return len;
 	}
-	return len;
+	mutex_lock(&ctl_lock);
+	ret = ctl_registration(strim(cmd));
+	mutex_unlock(&ctl_lock);
+	return ret ? ret : len;
 }
 
 static ssize_t ctl_read(struct file *f, char __user *ubuf, size_t len, loff_t *pos)

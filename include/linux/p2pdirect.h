@@ -110,8 +110,10 @@ void *p2pdirect_register_peer_memory_client(const struct p2pdirect_peer_memory_c
  * consumers' callbacks and the client's release callbacks run in the
  * calling thread); returns once the client's last context is released. May
  * sleep; not from a callback, nor holding a lock a callback takes. A handle
- * that is not registered (NULL, an ERR_PTR, one unregistered already) is
- * refused with a warning in the kernel log and nothing done.
+ * that is not registered (one unregistered already) is refused with a
+ * warning in the kernel log and nothing done; NULL and an ERR_PTR are
+ * ignored. A handle is never handed out again, also not to a client
+ * registered later.
  */
 void p2pdirect_unregister_peer_memory_client(void *reg_handle);
 

@@ -7,7 +7,10 @@
 //!
 //! C header: [`include/linux/p2pdirect.h`](../../include/linux/p2pdirect.h)
 
-use core::ptr::NonNull;
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicUsize, Ordering::Relaxed},
+};
 use kernel::{
     bindings, device,
     error::to_result,
@@ -309,11 +312,14 @@ pub(crate) unsafe fn register<T: KernelApi>(
     let Ok(h) = T::register(client) else {
         return core::ptr::null_mut();
     };
-    let handle = h.into_foreign();
+    let client = h.into_foreign();
+    // Never 0, never reused; far below the ERR_PTR range.
+    let id = NEXT_HANDLE.fetch_add(1, Relaxed);
     if handles()
         .push(
             Handle {
-                addr: handle as usize,
+                id,
+                client: client as usize,
                 dying: false,
             },
             GFP_KERNEL,
@@ -321,15 +327,23 @@ pub(crate) unsafe fn register<T: KernelApi>(
         .is_err()
     {
         // SAFETY: `into_foreign` just above; never handed out.
-        T::unregister(unsafe { <Arc<T::Client> as ForeignOwnable>::from_foreign(handle) });
+        T::unregister(unsafe { <Arc<T::Client> as ForeignOwnable>::from_foreign(client) });
         return core::ptr::null_mut();
     }
-    handle.cast()
+    id as *mut c_void
 }
+
+/// The next handle: a number, not the client's address, so that the
+/// handle of an unregistered client never names the next client that
+/// happens to get the same memory.
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
 
 /// A handle `register` handed out.
 struct Handle {
-    addr: usize,
+    id: usize,
+    /// The reference to the client that `register` leaked with
+    /// `into_foreign`.
+    client: usize,
     /// Its unregister call runs.
     dying: bool,
 }
@@ -341,10 +355,10 @@ super::global::global_mutex! {
     /// one, is gone by then).
     pub(crate) struct Handles;
     /// The handles handed out whose unregister call has not yet returned
-    /// (a leaf lock). Each is the reference to its client that `register`
-    /// leaked with `into_foreign`, released only after its entry is
-    /// removed: a call that finds its handle here under the lock may take
-    /// a reference of its own.
+    /// (a leaf lock). Each holds the reference to its client that
+    /// `register` leaked with `into_foreign`, released only after its entry
+    /// is removed: a call that finds its handle here under the lock may
+    /// take a reference of its own.
     fn handles;
 }
 
@@ -363,23 +377,24 @@ fn is_err_or_null(p: *mut c_void) -> bool {
 /// registered (never, or unregistered already or meanwhile) is refused with
 /// a warning, without being dereferenced.
 pub(crate) fn unregister<T: KernelApi>(handle: *mut c_void) {
-    let addr = handle as usize;
-    {
+    let id = handle as usize;
+    let raw = {
         let mut list = handles();
-        let Some(h) = list.iter_mut().find(|h| h.addr == addr && !h.dying) else {
+        let Some(h) = list.iter_mut().find(|h| h.id == id && !h.dying) else {
             drop(list);
             if !is_err_or_null(handle) {
-                pr_warn!("peer-memory client unregister: {addr:#x} is not a registered handle\n");
+                pr_warn!("peer-memory client unregister: {id:#x} is not a registered handle\n");
             }
             return;
         };
         h.dying = true;
-    }
+        h.client
+    };
     // SAFETY: listed, so the reference `register` leaked is alive: only this
     // call, which marked the entry dying, takes it back.
-    let client = unsafe { <Arc<T::Client> as ForeignOwnable>::from_foreign(handle.cast()) };
+    let client = unsafe { <Arc<T::Client> as ForeignOwnable>::from_foreign(raw as *mut c_void) };
     T::unregister(client.clone());
-    handles().retain(|h| h.addr != addr);
+    handles().retain(|h| h.id != id);
     // Last: an invalidation that found the handle listed holds a reference
     // of its own.
     drop(client);
@@ -389,16 +404,16 @@ pub(crate) fn unregister<T: KernelApi>(handle: *mut c_void) {
 /// registered (any more) gives `EINVAL` without being dereferenced; one
 /// whose unregister call runs is still served.
 pub(crate) fn invalidate<T: KernelApi>(handle: *mut c_void, core_context: u64) -> c_int {
-    let addr = handle as usize;
+    let id = handle as usize;
     let client: Arc<T::Client> = {
         let list = handles();
-        if !list.iter().any(|h| h.addr == addr) {
+        let Some(h) = list.iter().find(|h| h.id == id) else {
             return EINVAL.to_errno();
-        }
+        };
         // SAFETY: listed, so the reference `register` leaked is alive until
         // its unregister call removes the entry under this lock, and this
         // takes a reference of its own first.
-        unsafe { <Arc<T::Client> as ForeignOwnable>::borrow(handle.cast()) }.into()
+        unsafe { <Arc<T::Client> as ForeignOwnable>::borrow(h.client as *mut c_void) }.into()
     };
     match T::invalidate(&client, core_context) {
         Ok(()) => 0,

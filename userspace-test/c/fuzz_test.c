@@ -401,6 +401,7 @@ struct worker {
 		bool used, write, bad;
 		int fk, pk;
 		__u64 avail;
+		__u64 nops;	/* the thread's operations when it was submitted */
 		struct p2pdirect_io io;
 	} uq[8];
 };
@@ -1661,7 +1662,14 @@ static void uring_cqe(struct worker *w, struct io_uring_cqe *cqe)
 			q->io.p2p_bytes = cqe->big_cqe[0] & 0xffffffff;
 			q->io.bounce_bytes = cqe->big_cqe[0] >> 32;
 		}
-		check_io(w, what, q->write, &q->io, q->fk, q->pk, q->avail);
+		/*
+		 * A command io_uring's worker issues looks its memory up when it
+		 * starts (the header): after another operation of this thread, its
+		 * address may name another mapping by then, so what the pointer
+		 * was at submission says nothing.
+		 */
+		check_io(w, what, q->write, &q->io, q->fk, w->nops == q->nops ? q->pk : PK_RANDOM,
+			 q->avail);
 	}
 	q->used = false;
 	w->inflight--;
@@ -1748,10 +1756,10 @@ static void op_uring(struct worker *w)
 		       small ? 16 : sizeof(arg));
 		q->bad = small || slots[i] == DS_RDONLY;
 		r = rnd(w, 100);
-		if (r < 4) {
+		if (r < 4 && !small) {	/* a 64-byte SQE has no such bytes */
 			((__u8 *)sqe)[offsetof(struct io_uring_sqe, cmd) + sizeof(arg) +
 				      rnd(w, 80 - sizeof(arg))] = 1 + rnd(w, 255);
-			q->bad |= !small;
+			q->bad = true;
 		} else if (r < 7) {
 			sqe->uring_cmd_flags = 1u << rnd(w, 32);
 			q->bad = true;
@@ -1788,6 +1796,7 @@ static void op_uring(struct worker *w)
 		if (i + 1 < n && chance(w, 5))
 			sqe->flags |= IOSQE_IO_LINK;
 		sqe->user_data = ud;
+		q->nops = w->nops;
 		q->write = write;
 		q->used = true;
 		w->inflight++;

@@ -751,6 +751,7 @@ TEST_F(stk, killed_compat_read_stops_after_its_chunk)
 		TH_LOG("the killed READ read %lld sectors, not its first chunk's", after - before);
 	EXPECT_EQ(0ull, fill_diff(self->map, MiB, PART_START(3) + 2 * MiB, 8));
 	rec_gpu_fill(self, 0, MiB, 8, PART_START(3) + 2 * MiB);
+	rec_dma(8, PART_START(3) + 2 * MiB, MiB, NULL, "read");
 	for (__u64 i = MiB; i < BUF; i++)
 		if (self->map[i]) {
 			EXPECT_EQ(0, self->map[i]) TH_LOG("device memory at %#llx written",

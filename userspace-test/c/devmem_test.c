@@ -634,16 +634,10 @@ TEST_F(dm, odirect_read_into_device_memory)
 /* How many times the PCI function @name is enabled (sysfs enable), or -1. */
 static int enable_count(const char *name)
 {
-	char path[96], buf[16] = "";
-	int fd, n;
+	char path[96];
 
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/enable", name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	return n > 0 ? atoi(buf) : -1;
+	return file_number(path, "%ld");
 }
 
 /*

@@ -653,25 +653,12 @@ TEST_F(stk, register_fault_does_not_block_the_file)
 	close(fd);
 }
 
-/* Sectors read from the block device at @path so far (its /sys stat), or -1. */
+/* Sectors read from the block device at @path so far (its stat), or -1. */
 static long long sectors_read(const char *path)
 {
-	unsigned long long v[3];
-	char sys[64];
 	struct stat st;
-	FILE *f;
-	int n;
 
-	if (stat(path, &st))
-		return -1;
-	snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u/stat", major(st.st_rdev),
-		 minor(st.st_rdev));
-	f = fopen(sys, "r");
-	if (!f)
-		return -1;
-	n = fscanf(f, "%llu %llu %llu", &v[0], &v[1], &v[2]);
-	fclose(f);
-	return n == 3 ? (long long)v[2] : -1;
+	return stat(path, &st) ? -1 : blk_stat(st.st_rdev, 3);
 }
 
 /* The state letter of process @pid (/proc/PID/stat), or 0. */

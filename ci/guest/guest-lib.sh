@@ -245,9 +245,20 @@ p2pd_info_stacked() {
 		grep "^  $(dm_blk p2pwide32) " /tmp/info | grep -qv refused &&
 		grep -q "^  md6 .*refused by p2pdirect: more than 4 levels of stacking (ELOOP)$" /tmp/info &&
 		grep "^  md5 " /tmp/info | grep -qv refused || return 1
+	# Device-mapper takes no P2PDMA pages (EOPNOTSUPP): every dm device
+	# says so, none is "reachable by all providers"; its kind is "dm", its
+	# dm name (chosen by its creator) a name.
+	lin=$(dm_blk p2plin) || return 1
+	grep -q "^  $lin dm named p2plin: .*; no P2PDMA (EOPNOTSUPP; COMPAT bounces)$" /tmp/info &&
+		grep -q "^  $(dm_blk p2pdeep4) dm named p2pdeep4: .*; no P2PDMA (EOPNOTSUPP; COMPAT bounces)$" /tmp/info &&
+		grep -q "^  $(dm_blk p2pdeep5) dm named p2pdeep5: .*; no P2PDMA (EOPNOTSUPP; COMPAT bounces); refused by p2pdirect: " /tmp/info &&
+		! grep '^  dm-[0-9]* ' /tmp/info | grep -q 'reachable by all' || { grep '^  dm-' /tmp/info; return 1; }
 	/tests/p2pd info --json >/tmp/info.json || return 1
-	grep -o "{\"device\":\"$(dm_blk p2pdeep5)\",\"kind\":\"[^\"]*\",\"legs\":\[[^]]*\],\"unreachable_legs\":\[\],\"unreachable\":\[\],\"refused\":[^}]*}" \
+	grep -o "{\"device\":\"$(dm_blk p2pdeep5)\",\"kind\":\"dm\",\"name\":\"p2pdeep5\",\"p2pdma\":false,\"legs\":\[[^]]*\],\"unreachable_legs\":\[\],\"unreachable\":\[\],\"refused\":[^}]*}" \
 		/tmp/info.json | grep -q '"refused":"more than 4 levels of stacking (ELOOP)"}$' || return 1
+	grep -q "\"device\":\"$lin\",\"kind\":\"dm\",\"name\":\"p2plin\",\"p2pdma\":false,\"legs\":" /tmp/info.json &&
+		grep -q '"device":"md1","kind":"md raid1","name":null,"p2pdma":true,"legs":' /tmp/info.json ||
+		{ grep -o '"stacked":.\{0,600\}' /tmp/info.json; return 1; }
 	# md2's JSON names its unreachable leg and the providers it cannot
 	# reach, as the text does (every provider here: a root-port controller).
 	p9=$(basename "$(ns_dev 9)")p1
@@ -263,7 +274,23 @@ p2pd_stats_json() {
 }
 p2pd_info_json() {
 	p2pd_json info || return 1
-	grep -q '"bytes_free":[0-9]*,"bytes_used":[0-9]*,' /tmp/json.out || { head -c 600 /tmp/json.out; return 1; }
+	grep -q '"bytes_total":[1-9][0-9]*,"bytes_free":[0-9]*,"bytes_used":[0-9]*,' /tmp/json.out ||
+		{ head -c 600 /tmp/json.out; return 1; }
+	# The text's provider table: total, free and used, exact (no "0 MiB"
+	# for a few KiB), each BAR provider's total a whole number of a unit.
+	/tests/p2pd info >/tmp/info || return 1
+	sed -n '/^device-memory providers/,/^NVMe namespaces/p' /tmp/info
+	grep -q '^  idx  kind .*  bar size  .*  total  *free  *used$' /tmp/info &&
+		grep -q '^  *[0-9][0-9]*  bar  .* [0-9][0-9]* [KMG]iB  *[0-9][0-9]*\( [KMG]\{0,1\}i\{0,1\}B\)\{0,1\}  *[0-9][0-9]*\( [KMG]\{0,1\}i\{0,1\}B\)\{0,1\}$' /tmp/info
+}
+# The reachability matrix's header is as wide as its rows: the columns line
+# up (the header's label was 2 characters short of the rows').
+p2pd_info_aligned() {
+	/tests/p2pd info >/tmp/info || return 1
+	sed -n '/^P2P reachability/,$p' /tmp/info
+	h=$(sed -n '/^P2P reachability/{n;p;q}' /tmp/info)
+	r=$(sed -n '/^P2P reachability/{n;n;p;q}' /tmp/info)
+	[ -n "$r" ] && [ ${#h} -eq ${#r} ] || { echo "header ${#h} wide, row ${#r}"; return 1; }
 }
 # verify --records --json: the records are inside the one JSON document,
 # not printed before it. NSID 1 [60, 62) MiB: in the bench's read region,
@@ -360,11 +387,111 @@ p2pd_version_json() {
 # An option the command does not take is refused, not ignored.
 # Help on standard output with status 0, for the tool and a command.
 p2pd_help() {
-	for a in help 'help bench' 'bench --help' 'verify -h'; do
+	for a in help 'help bench' 'bench --help' 'verify -h' 'bench --qd 0 -h'; do
 		# shellcheck disable=SC2086 # the words of $a are the arguments
 		/tests/p2pd $a >/tmp/out 2>/tmp/err || { echo "p2pd $a: exit $?"; return 1; }
 		grep -q '^usage: p2pd' /tmp/out && [ ! -s /tmp/err ] || { echo "p2pd $a"; return 1; }
 	done
+	# The usage says what the README does: help COMMAND, the ranges, the
+	# defaults, the size forms.
+	for w in '^  help \[COMMAND\], COMMAND --help, COMMAND -h' '^  --seconds S .*0.001 <= S < 3600, default 1' \
+		'^  --rounds R .*odd, 1-15, default 3' '^  --threads N .*1-64, default 4' \
+		'^  --qd N\[,N...\] .*each 1-256, default 1,4,16,32,64' '^  --size B .*verify: default 16M' \
+		'^Sizes B: bytes, decimal or 0x hex, with an optional k, M or G suffix'; do
+		grep -q -- "$w" /tmp/out || { echo "usage lacks: $w"; return 1; }
+	done
+}
+# Help and misplaced words: `help foo` is an unknown command, the word
+# after --out is its value's place (never help), a word that is no option
+# is unexpected, --size=16M gets a hint, a single-value option twice is
+# refused; each exit 2 with nothing on stdout.
+p2pd_bad_words() {
+	for c in 'help foo/unknown command .foo.' 'help bench --json/help takes a command name' \
+		'bench --out -h/--out needs a value' 'bench --out --help/--out needs a value' \
+		'info extra/unexpected argument .extra.' 'verify --size=16M/use --size 16M' \
+		'verify --dev a --dev b/--dev given twice' 'bench --seconds 1e-20/--seconds must be at least 0.001'; do
+		# shellcheck disable=SC2086 # the words before the slash are the arguments
+		/tests/p2pd ${c%%/*} >/tmp/out 2>/tmp/err
+		rc=$?
+		[ $rc -eq 2 ] && [ ! -s /tmp/out ] && grep -q -- "^p2pd: .*${c#*/}" /tmp/err ||
+			{ echo "p2pd ${c%%/*}: exit $rc"; cat /tmp/out /tmp/err; return 1; }
+	done
+}
+# A word that is not UTF-8: refused with a message, exit 2, no panic; as
+# --out's FILE it is a file name like any other, and the JSON is there.
+p2pd_not_utf8() {
+	bad=$(printf '\377')
+	/tests/p2pd info "$bad" 2>/tmp/err
+	rc=$?
+	[ $rc -eq 2 ] && grep -q '^p2pd: argument "\\xFF" is not valid UTF-8' /tmp/err ||
+		{ echo "exit $rc"; cat /tmp/err; return 1; }
+	/tests/p2pd verify --dev "/dev/$bad" 2>/tmp/err
+	rc=$?
+	[ $rc -eq 2 ] && grep -q -- '^p2pd: --dev: the value .* is not valid UTF-8' /tmp/err ||
+		{ echo "exit $rc"; cat /tmp/err; return 1; }
+	f=/tmp/p2pd-$bad.json
+	rm -f "$f"
+	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 1 \
+		--threads 1 --only 'p2pdirect seq-read-4K' --out "$f" >/dev/null 2>/tmp/err
+	rc=$?
+	[ $rc -eq 0 ] && grep -q '"path":"p2pdirect"' "$f" || { echo "exit $rc"; cat /tmp/err; return 1; }
+	rm -f "$f"
+}
+# A standard error that cannot be written loses the message, not the exit
+# status: no panic (101); bench --json still prints its JSON.
+p2pd_stderr_full() {
+	/tests/p2pd info >/dev/null 2>/dev/full
+	rc=$?
+	[ $rc -eq 0 ] || { echo "info 2>/dev/full: exit $rc"; return 1; }
+	/tests/p2pd nosuch 2>/dev/full
+	rc=$?
+	[ $rc -eq 2 ] || { echo "nosuch 2>/dev/full: exit $rc"; return 1; }
+	/tests/p2pd verify --dev /dev/nonexistent 2>/dev/full
+	rc=$?
+	[ $rc -eq 1 ] || { echo "verify --dev /dev/nonexistent 2>/dev/full: exit $rc"; return 1; }
+	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 1 \
+		--threads 1 --only 'p2pdirect seq-read-4K' --json >/tmp/json.out 2>/dev/full
+	rc=$?
+	[ $rc -eq 0 ] && grep -q '"path":"p2pdirect"' /tmp/json.out ||
+		{ echo "bench --json 2>/dev/full: exit $rc"; head -c 300 /tmp/json.out; return 1; }
+}
+# verify --dev of a namespace the provider cannot reach (NSID 4, on its own
+# root port) is refused before anything is written, naming the provider,
+# its PCI address and the namespace (it ALLOCed and wrote the data set,
+# then failed with a bare "READ: Remote I/O error").
+p2pd_verify_unreachable() {
+	ns=$(ns_dev 4) || return 1
+	# The data set's region (default --offset 40M) and its copy's (56M, with
+	# the default --size 16M).
+	for o in 40 56; do
+		dd if="$ns" of="/tmp/ns4-$o-before" bs=4096 skip=$((o << 8)) count=1 iflag=direct 2>/dev/null &&
+			[ -s "/tmp/ns4-$o-before" ] || { echo "cannot read NSID 4 at $o MiB"; return 1; }
+	done
+	/tests/p2pd verify --dev "$ns" 2>/tmp/err
+	rc=$?
+	cat /tmp/err
+	[ $rc -eq 1 ] &&
+		grep -q "^p2pd: provider [0-9]* ([0-9a-f:.]*) cannot reach ${ns##*/} by P2P DMA .*p2pd info.*nothing written" \
+			/tmp/err || return 1
+	for o in 40 56; do
+		dd if="$ns" of="/tmp/ns4-$o-after" bs=4096 skip=$((o << 8)) count=1 iflag=direct 2>/dev/null &&
+			cmp -s "/tmp/ns4-$o-before" "/tmp/ns4-$o-after" || { echo "NSID 4 at $o MiB changed"; return 1; }
+	done
+}
+# bench's region errors name --offset and --size, their values or defaults,
+# and the namespace's size in MiB (NSID 1: 256 MiB, so the default --size
+# is 64 MiB); nothing runs.
+p2pd_bench_region() {
+	ns=$(ns_dev 1) || return 1
+	/tests/p2pd bench --dev "$ns" --offset 248M --only nothing-runs 2>/tmp/err
+	rc=$?
+	cat /tmp/err
+	[ $rc -eq 1 ] && grep -q -- "--offset 260046848 (248 MiB) and --size 67108864 (64 MiB: the default" /tmp/err &&
+		grep -q '268435456 bytes (256 MiB)' /tmp/err || return 1
+	/tests/p2pd bench --dev "$ns" --size 4M --only nothing-runs 2>/tmp/err
+	rc=$?
+	cat /tmp/err
+	[ $rc -eq 1 ] && grep -q -- "^p2pd: --size 4194304 (4 MiB) is less than bench's minimum, 8 MiB" /tmp/err
 }
 # A value-taking option followed by another option has no value (exit 2),
 # and a bad size names its option.
@@ -416,7 +543,8 @@ p2pd_bench_json() {
 		--only 'p2pdirect seq-read-4K' 2>/tmp/err || { cat /tmp/err; return 1; }
 	grep -q '"path":"p2pdirect"' /tmp/json.out && grep -q '^seq-read-4K  *p2pdirect ' /tmp/err &&
 		[ "$(grep -o '"round_iops":\[[0-9.]*,[0-9.]*,[0-9.]*\]' /tmp/json.out | wc -l)" -eq 2 ] &&
-		[ "$(grep -o '"completions_per_wait":null' /tmp/json.out | wc -l)" -eq 2 ]
+		[ "$(grep -o '"completions_per_wait":null' /tmp/json.out | wc -l)" -eq 2 ] &&
+		grep -q '"seconds_per_run":0.1,' /tmp/json.out
 }
 # A run that fails makes bench fail (exit 1) after the table: the p2pdirect
 # path (one thread and four: two runs) into NSID 4, which no provider can
@@ -464,7 +592,10 @@ p2pd_info_heads() {
 	p2pd_json info || return 1
 	h5=$(basename "$(ns_dev 5)") && h6=$(basename "$(ns_dev 6)") || return 1
 	grep -o '"distance":{[^}]*}' /tmp/json.out
-	grep -q "\"$h5\":[0-9]" /tmp/json.out && grep -q "\"$h6\":null" /tmp/json.out
+	grep -q "\"$h5\":[0-9]" /tmp/json.out && grep -q "\"$h6\":null" /tmp/json.out || return 1
+	# A head has no one controller: null, as every missing value in the JSON.
+	grep -q "{\"device\":\"$h5\",\"nsid\":5,\"serial\":\"[^\"]*\",\"controller\":null," /tmp/json.out &&
+		! grep -q '"controller":""' /tmp/json.out || { grep -o '"namespaces":.\{0,600\}' /tmp/json.out; return 1; }
 }
 # version, info and stats open the device read-only: a node made readable
 # serves them to an ordinary user; stats --reset needs write access.
@@ -501,8 +632,9 @@ p2pd_suite() {
 	n=0
 	fails=0
 	check "p2pd info: providers, namespaces, reachability matrix" p2pd_info_matrix
-	check "p2pd info --json is one JSON document, providers with bytes_free and bytes_used" \
+	check "p2pd info --json is one JSON document, providers with bytes_total, bytes_free and bytes_used; exact sizes in the text" \
 		p2pd_info_json
+	check "p2pd info: the reachability matrix's header lines up with its rows" p2pd_info_aligned
 	check "p2pd bench --qd 1,8 --only uring: the io_uring paths at each depth" p2pd_bench_uring
 	# The bench runs allocate (and zero) device memory: before verify, whose
 	# data in device memory the host checks.
@@ -510,6 +642,10 @@ p2pd_suite() {
 	check "p2pd bench with a failed run: its error row, exit 1" p2pd_bench_failed_run
 	check "p2pd bench --out to a path that cannot be written: refused before any run" p2pd_bench_bad_out
 	check "p2pd bench --threads 1 --qd 8,8: each run once, no -t1 run" p2pd_bench_one_thread
+	check "p2pd with a word that is not UTF-8: refused, exit 2, no panic; --out takes any file name" \
+		p2pd_not_utf8
+	check "p2pd with standard error full: the exit status kept, no panic; bench --json prints its JSON" \
+		p2pd_stderr_full
 	# Its bench reads into device memory: before p2pd verify, whose data the host checks.
 	check "p2pd with standard output full: exit 1 with the reason, --out written first" \
 		p2pd_stdout_full
@@ -517,6 +653,10 @@ p2pd_suite() {
 	check "p2pd verify without device memory for it: refused before the namespace is written" \
 		p2pd_verify_no_memory
 	check "p2pd verify: 8 MiB NVMe -> GPU -> NVMe, every byte" p2pd_verify
+	check "p2pd verify --dev the provider cannot reach: refused naming both, nothing written, exit 1" \
+		p2pd_verify_unreachable
+	check "p2pd bench region past the end or too small: refused naming --offset, --size, defaults, MiB" \
+		p2pd_bench_region
 	check "p2pd stats --json is one JSON document, block rows named" p2pd_stats_json
 	check "p2pd version --json is one JSON document with the ABI" p2pd_version_json
 	check "p2pd bench on a controller without p2pmem: upstream sysfs paths left out, said so" \
@@ -536,7 +676,10 @@ p2pd_suite() {
 		p2pd_read_only
 	check "p2pd verify and bench of a mounted namespace: refused as in use, nothing written" \
 		p2pd_in_use
-	check "p2pd help, p2pd help bench, p2pd bench --help: usage on stdout, exit 0" p2pd_help
+	check "p2pd help, p2pd help bench, p2pd bench --help: usage on stdout, every option's range and default, exit 0" \
+		p2pd_help
+	check "p2pd help foo, --out -h, info extra, --size=16M, --dev twice, --seconds 1e-20: named, exit 2" \
+		p2pd_bad_words
 	check "p2pd --dev --json: --dev needs a value, exit 2; bad --size and --gpu named" \
 		p2pd_missing_value
 	check "p2pd verify of a region not in whole logical blocks: refused, block size named" \

@@ -964,6 +964,82 @@ fn ratios(rs: &[Res], threads: usize, qds: &[u32]) -> Vec<Ratio> {
     v
 }
 
+/// bench's region on `ns`: reads at `[base, base + span)`, writes the span
+/// after it; `--offset` and `--size`, or their defaults. A region that
+/// is not in 4 MiB steps, is too small or does not fit is refused, naming
+/// the options, their values or defaults, and the namespace's size.
+fn region(args: &Args, ns: &Namespace) -> Result<(u64, u64), String> {
+    const STEP: u64 = 4 << 20;
+    const MIN: u64 = 8 << 20;
+    let mib = |b: u64| {
+        if b.is_multiple_of(1 << 20) {
+            format!("{} MiB", b >> 20)
+        } else {
+            format!("{:.2} MiB", b as f64 / 1048576.0)
+        }
+    };
+    let base = args.offset.unwrap_or((ns.size / 2) / STEP * STEP);
+    let span = args
+        .size
+        .unwrap_or((ns.size / 4).min(64 << 20) / STEP * STEP);
+    let offset = match args.offset {
+        Some(o) => format!("--offset {o} ({})", crate::cli::human_bytes(o)),
+        None => format!(
+            "--offset {base} ({}: the default, the middle of {} rounded down to 4 MiB)",
+            mib(base),
+            ns.name
+        ),
+    };
+    let size = match args.size {
+        Some(s) => format!("--size {s} ({})", crate::cli::human_bytes(s)),
+        None => format!(
+            "--size {span} ({}: the default, a quarter of {} rounded down to 4 MiB, at most 64 MiB)",
+            mib(span),
+            ns.name
+        ),
+    };
+    let capacity = format!("its {} bytes ({})", ns.size, mib(ns.size));
+    let unaligned: Vec<&str> = [(base, offset.as_str()), (span, size.as_str())]
+        .into_iter()
+        .filter(|(v, _)| !v.is_multiple_of(STEP))
+        .map(|(_, what)| what)
+        .collect();
+    if !unaligned.is_empty() {
+        return Err(format!(
+            "{} must be {} of 4 MiB",
+            unaligned.join(" and "),
+            if unaligned.len() == 1 {
+                "a multiple"
+            } else {
+                "multiples"
+            }
+        ));
+    }
+    if span < MIN {
+        return Err(match args.size {
+            Some(_) => format!("{size} is less than bench's minimum, 8 MiB"),
+            None => format!(
+                "{}: {size} is less than bench's minimum, 8 MiB: {capacity} are too few for the \
+                 defaults (32 MiB at least); give --offset and --size (8M or more; bench \
+                 uses 2 x --size from --offset)",
+                ns.name
+            ),
+        });
+    }
+    match span.checked_mul(2).and_then(|s| base.checked_add(s)) {
+        Some(end) if end <= ns.size => Ok((base, span)),
+        end => Err(format!(
+            "{}: {offset} and {size}: the reads and the writes after them (2 x --size from \
+             --offset) end at {}, past {capacity}",
+            ns.name,
+            end.map_or("more than 2^64 bytes".into(), |e| format!(
+                "{e} ({})",
+                mib(e)
+            ))
+        )),
+    }
+}
+
 fn machine_json() -> String {
     let mut m = Json::obj();
     let uname = fs::read_to_string("/proc/version").unwrap_or_default();
@@ -994,25 +1070,7 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     // Reads use [base, base + span), writes the span after it. By default
     // the upper half of the namespace: the lower half is left to `p2pd
     // verify` and the tests.
-    let mib4 = (4u64 << 20) - 1;
-    let base = args.offset.unwrap_or((ns.size / 2) & !mib4);
-    let span = args.size.unwrap_or((ns.size / 4).min(64 << 20) & !mib4);
-    if base & mib4 != 0 || span & mib4 != 0 {
-        return Err("--offset and --size must be multiples of 4 MiB".into());
-    }
-    if span < 8 << 20 {
-        return Err(format!("{}: a span of at least 8 MiB is needed", ns.name));
-    }
-    if span
-        .checked_mul(2)
-        .and_then(|s| base.checked_add(s))
-        .is_none_or(|end| end > ns.size)
-    {
-        return Err(format!(
-            "{}: [{base}, +2 x {span}) does not fit its {} bytes",
-            ns.name, ns.size
-        ));
-    }
+    let (base, span) = region(args, &ns)?;
     // The reads and writes go over the namespace's data: not while anyone
     // uses it, and nobody may start to until the runs end.
     let _claim = ns.claim()?;
@@ -1213,7 +1271,9 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     j.raw("machine", &machine_json());
     j.str("namespace", &ns.name);
     j.str("gpu", &gpu.pci_addr.to_string());
-    j.num("seconds_per_run", secs);
+    // As given (Rust prints the shortest decimal that reads back the same),
+    // not rounded to four places.
+    j.raw("seconds_per_run", &secs.to_string());
     j.int("rounds", rounds as u64);
     j.raw("runs", &Json::array(&runs));
     j.raw("ratios", &Json::array(&rat));
@@ -1228,12 +1288,11 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     // The table's failure, once the file has the results: on stdout, as
-    // any failed standard output (quiet for a reader that went away).
-    if let Err(e) = reported {
-        if !args.json {
-            crate::stdout_failed(e);
-        }
-        return Err(format!("writing the results: {e}"));
+    // any failed standard output (quiet for a reader that went away). With
+    // --json the table is on stderr, beside the results: one that cannot be
+    // written (`2>/dev/full`) loses the table, not the JSON.
+    if let (Err(e), false) = (reported, args.json) {
+        crate::stdout_failed(e);
     }
     if args.json {
         outln!("{text}");
@@ -1307,4 +1366,89 @@ fn report(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns(size: u64) -> Namespace {
+        Namespace {
+            name: "nvme0n1".into(),
+            nsid: 1,
+            serial: "s".into(),
+            pci: None,
+            paths: Vec::new(),
+            size,
+            lbs: 512,
+        }
+    }
+
+    fn args(offset: Option<u64>, size: Option<u64>) -> Args {
+        Args {
+            offset,
+            size,
+            ..Args::default()
+        }
+    }
+
+    #[test]
+    fn region_defaults() {
+        // 128 MiB: reads from the middle, a quarter of it.
+        assert_eq!(
+            region(&args(None, None), &ns(128 << 20)),
+            Ok((64 << 20, 32 << 20))
+        );
+        // 1 GiB: at most 64 MiB.
+        assert_eq!(
+            region(&args(None, None), &ns(1 << 30)),
+            Ok((512 << 20, 64 << 20))
+        );
+    }
+
+    #[test]
+    fn region_past_the_end_names_the_options() {
+        let e = region(&args(Some(120 << 20), None), &ns(128 << 20)).unwrap_err();
+        for want in [
+            "--offset 125829120 (120 MiB)",
+            "--size 33554432 (32 MiB: the default",
+            "184 MiB",
+            "134217728 bytes (128 MiB)",
+        ] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+
+    #[test]
+    fn region_too_small_names_size() {
+        let e = region(&args(None, Some(4 << 20)), &ns(128 << 20)).unwrap_err();
+        assert!(
+            e.contains("--size 4194304 (4 MiB) is less than bench's minimum, 8 MiB"),
+            "{e}"
+        );
+        // The default on a small namespace: its size and what to give.
+        let e = region(&args(None, None), &ns(20 << 20)).unwrap_err();
+        for want in [
+            "--size 4194304 (4 MiB: the default",
+            "(20 MiB)",
+            "--offset and --size",
+        ] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+
+    #[test]
+    fn region_not_in_4mib_steps() {
+        let e = region(&args(Some(1 << 20), Some(6 << 20)), &ns(128 << 20)).unwrap_err();
+        assert!(
+            e.contains(
+                "--offset 1048576 (1 MiB) and --size 6291456 (6 MiB) must be multiples of 4 MiB"
+            ),
+            "{e}"
+        );
+        // Past 2^64: said, not wrapped.
+        let top: u64 = !((4 << 20) - 1);
+        let e = region(&args(Some(top), None), &ns(128 << 20)).unwrap_err();
+        assert!(e.contains("end at more than 2^64 bytes"), "{e}");
+    }
 }

@@ -3,7 +3,13 @@
 //! buffers, a JSON writer (no dependencies), progress.
 
 use p2pdirect::{sys, Device, PciAddr, Provider};
-use std::{fs, io::Write, os::unix::fs::OpenOptionsExt, path::PathBuf};
+use std::{
+    ffi::{OsStr, OsString},
+    fs,
+    io::Write,
+    os::unix::{ffi::OsStrExt, fs::OpenOptionsExt},
+    path::PathBuf,
+};
 
 /// Options shared by the commands.
 #[derive(Default, Debug)]
@@ -17,6 +23,7 @@ pub struct Args {
     pub size: Option<u64>,
     pub seconds: Option<f64>,
     pub threads: Option<usize>,
+    /// bench --out: any file name, UTF-8 or not.
     pub out: Option<PathBuf>,
     /// bench: only the runs whose "PATH WORKLOAD" contains one of these.
     pub only: Vec<String>,
@@ -24,13 +31,44 @@ pub struct Args {
     pub qd: Vec<u32>,
     /// bench: how many times each run is repeated (interleaved).
     pub rounds: Option<usize>,
-    /// The options given, in order (a command refuses those it does not
-    /// take: see [`Args::check_for`]).
+    /// The options given, in order (a value option other than `--qd` and
+    /// `--only` may be given once).
     pub given: Vec<String>,
+}
+
+/// What a command line asks for.
+#[derive(Debug)]
+pub enum CommandLine {
+    /// `p2pd help [COMMAND]`, `p2pd COMMAND --help`: the usage.
+    Help,
+    /// A command and its options.
+    Run(String, Box<Args>),
 }
 
 /// The commands that take options (see [`options_of`]).
 const COMMANDS: &[&str] = &["version", "info", "stats", "verify", "bench"];
+
+/// The options that take a value (the next word, whatever it is: the word
+/// after `--out` is never the help flag).
+const VALUE_OPTIONS: &[&str] = &[
+    "--dev",
+    "--gpu",
+    "--offset",
+    "--size",
+    "--seconds",
+    "--rounds",
+    "--threads",
+    "--qd",
+    "--only",
+    "--out",
+];
+
+/// bench --seconds: at least a millisecond per run, under an hour.
+pub const MIN_SECONDS: f64 = 0.001;
+pub const MAX_SECONDS: f64 = 3600.0;
+
+/// The options that may be given more than once (their values add up).
+const REPEATABLE: &[&str] = &["--qd", "--only"];
 
 /// The options each command takes (`None`: no such command).
 pub fn options_of(cmd: &str) -> Option<&'static [&'static str]> {
@@ -85,36 +123,172 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     v.checked_mul(mult).ok_or(format!("'{s}' is too big"))
 }
 
+/// The help flag, in an option's position.
+fn is_help_flag(w: &OsStr) -> bool {
+    w == "--help" || w == "-h"
+}
+
+/// A word that is an option wherever it stands, so never a value:
+/// `--dev --json` is `--dev` without its value, and so is `--out -h`.
+fn is_option_word(w: &OsStr) -> bool {
+    w.as_bytes().starts_with(b"--") || w == "-h"
+}
+
+/// An argument as a message shows it: as given when it is UTF-8, with
+/// `\xNN` escapes where it is not.
+fn shown(w: &OsStr) -> String {
+    match w.to_str() {
+        Some(s) => format!("'{s}'"),
+        None => format!("{w:?}"),
+    }
+}
+
+/// The argument as a string: p2pd's arguments are UTF-8 (but `--out`'s
+/// file name, which may be any bytes).
+fn utf8<'a>(w: &'a OsStr, what: &str) -> Result<&'a str, String> {
+    w.to_str().ok_or_else(|| {
+        format!(
+            "{what}{} is not valid UTF-8 (only the FILE of --out may be any bytes)",
+            shown(w)
+        )
+    })
+}
+
+/// Whether `argv`, the words after a command, ask for help: `--help` or
+/// `-h` in an option's position (the word after an option that takes a
+/// value is that value's position: `--out -h` is `--out` without a value).
+fn wants_help(argv: &[OsString]) -> bool {
+    let mut it = argv.iter();
+    while let Some(w) = it.next() {
+        if is_help_flag(w) {
+            return true;
+        }
+        if w.to_str().is_some_and(|o| VALUE_OPTIONS.contains(&o)) {
+            it.next();
+        }
+    }
+    false
+}
+
+/// The command line (without the program's name): help, or a command and
+/// its options. An error is a command line that does not parse (exit 2).
+pub fn parse_command_line(argv: &[OsString]) -> Result<CommandLine, String> {
+    let Some((first, rest)) = argv.split_first() else {
+        return Err("no command given".into());
+    };
+    let cmd = utf8(first, "command ")?;
+    if matches!(cmd, "help" | "--help" | "-h") {
+        // `p2pd help [COMMAND]`: the words after it name commands.
+        for w in rest {
+            let w = utf8(w, "argument ")?;
+            if options_of(w).is_none() {
+                return Err(if w.starts_with('-') {
+                    format!("help takes a command name, not an option ('{w}' given)")
+                } else {
+                    format!("unknown command '{w}'")
+                });
+            }
+        }
+        return Ok(CommandLine::Help);
+    }
+    if options_of(cmd).is_none() {
+        return Err(format!("unknown command '{cmd}'"));
+    }
+    if wants_help(rest) {
+        return Ok(CommandLine::Help);
+    }
+    Ok(CommandLine::Run(
+        cmd.to_string(),
+        Box::new(Args::parse(cmd, rest)?),
+    ))
+}
+
+/// The value of option `opt`: the next word, unless there is none or it is
+/// an option.
+fn value<'a>(it: &mut std::slice::Iter<'a, OsString>, opt: &str) -> Result<&'a OsStr, String> {
+    match it.next() {
+        None => Err(format!("{opt} needs a value")),
+        Some(v) if is_option_word(v) => Err(format!(
+            "{opt} needs a value ({} is an option, never a value)",
+            shown(v)
+        )),
+        Some(v) => Ok(v),
+    }
+}
+
+/// The value of option `opt` as a string.
+fn value_str<'a>(it: &mut std::slice::Iter<'a, OsString>, opt: &str) -> Result<&'a str, String> {
+    utf8(value(it, opt)?, &format!("{opt}: the value "))
+}
+
 impl Args {
-    /// The options of `cmd`; one it does not take is refused before any
-    /// value is looked at (`stats --qd 0`: "stats does not take --qd").
-    pub fn parse(cmd: &str, argv: &[String]) -> Result<Self, String> {
+    /// The options of `cmd` (whose help flags [`parse_command_line`] has
+    /// handled); one it does not take is refused before any value is
+    /// looked at (`stats --qd 0`: "stats does not take --qd").
+    pub fn parse(cmd: &str, argv: &[OsString]) -> Result<Self, String> {
         let mut a = Args::default();
         let mut it = argv.iter();
-        while let Some(opt) = it.next() {
-            a.given.push(opt.clone());
-            // An option of another command: refused for this one.
-            let known = COMMANDS
-                .iter()
-                .any(|c| options_of(c).is_some_and(|t| t.contains(&opt.as_str())));
-            if known {
-                a.check_for(cmd)?;
+        while let Some(word) = it.next() {
+            let opt = utf8(word, "argument ")?;
+            if is_help_flag(word) {
+                continue;
             }
-            // A value is never another option: `--dev --json` is `--dev`
-            // without its value, not a namespace named "--json".
-            let mut val = || {
-                it.next()
-                    .filter(|v| !v.starts_with("--"))
-                    .ok_or(format!("{opt} needs a value"))
+            let takes = options_of(cmd).unwrap_or(&[]);
+            // Only options: a word that is none is out of place.
+            if !opt.starts_with('-') || opt == "-" {
+                return Err(format!(
+                    "unexpected argument '{opt}' ({cmd} takes {})",
+                    if takes.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        format!("options only: {}", takes.join(" "))
+                    }
+                ));
+            }
+            // An option of another command: refused for this one.
+            let known = |o: &str| {
+                COMMANDS
+                    .iter()
+                    .any(|c| options_of(c).is_some_and(|t| t.contains(&o)))
             };
-            match opt.as_str() {
+            // `--size=16M`: the option and its value are two words.
+            if let Some((name, v)) = opt.split_once('=').filter(|(n, _)| known(n)) {
+                Self::check_one(cmd, name)?;
+                return Err(if VALUE_OPTIONS.contains(&name) {
+                    format!("unknown option '{opt}' (use {name} {v}: an option and its value are two words)")
+                } else {
+                    format!("unknown option '{opt}' ({name} takes no value)")
+                });
+            }
+            if known(opt) {
+                Self::check_one(cmd, opt)?;
+            }
+            if VALUE_OPTIONS.contains(&opt)
+                && !REPEATABLE.contains(&opt)
+                && a.given.iter().any(|g| g == opt)
+            {
+                return Err(format!(
+                    "{opt} given twice (only {} may be repeated)",
+                    REPEATABLE.join(" and ")
+                ));
+            }
+            a.given.push(opt.to_string());
+            match opt {
                 "--json" => a.json = true,
                 "--reset" => a.reset = true,
                 "--records" => a.records = true,
-                "--dev" => a.dev = Some(val()?.clone()),
-                "--gpu" => a.gpu = Some(val()?.parse().map_err(|_| "--gpu takes an index")?),
+                "--dev" => a.dev = Some(value_str(&mut it, opt)?.to_string()),
+                "--gpu" => {
+                    a.gpu = Some(
+                        value_str(&mut it, opt)?
+                            .parse()
+                            .map_err(|_| "--gpu takes an index")?,
+                    )
+                }
                 "--offset" | "--size" => {
-                    let v = Some(parse_size(val()?).map_err(|e| format!("{opt}: {e}"))?);
+                    let v = Some(
+                        parse_size(value_str(&mut it, opt)?).map_err(|e| format!("{opt}: {e}"))?,
+                    );
                     if opt == "--offset" {
                         a.offset = v
                     } else {
@@ -122,23 +296,31 @@ impl Args {
                     }
                 }
                 "--seconds" => {
-                    let s: f64 = val()?.parse().map_err(|_| "--seconds takes a number")?;
-                    if !(s > 0.0 && s < 3600.0) {
-                        return Err("--seconds must be in (0, 3600)".into());
+                    let s: f64 = value_str(&mut it, opt)?
+                        .parse()
+                        .map_err(|_| "--seconds takes a number")?;
+                    if !(MIN_SECONDS..MAX_SECONDS).contains(&s) {
+                        return Err(format!(
+                            "--seconds must be at least {MIN_SECONDS} and under {MAX_SECONDS}"
+                        ));
                     }
                     a.seconds = Some(s)
                 }
                 "--threads" => {
-                    let n: usize = val()?.parse().map_err(|_| "--threads takes a number")?;
+                    let n: usize = value_str(&mut it, opt)?
+                        .parse()
+                        .map_err(|_| "--threads takes a number")?;
                     if !(1..=64).contains(&n) {
                         return Err("--threads must be 1..64".into());
                     }
                     a.threads = Some(n)
                 }
-                "--out" => a.out = Some(PathBuf::from(val()?)),
-                "--only" => a.only.push(val()?.clone()),
+                "--out" => a.out = Some(PathBuf::from(value(&mut it, opt)?)),
+                "--only" => a.only.push(value_str(&mut it, opt)?.to_string()),
                 "--rounds" => {
-                    let n: usize = val()?.parse().map_err(|_| "--rounds takes a number")?;
+                    let n: usize = value_str(&mut it, opt)?
+                        .parse()
+                        .map_err(|_| "--rounds takes a number")?;
                     if !(1..=15).contains(&n) || n.is_multiple_of(2) {
                         return Err("--rounds must be odd, 1..15 (the median round is kept)".into());
                     }
@@ -146,7 +328,7 @@ impl Args {
                 }
                 // Repeated, the depths add up: `--qd 1,4 --qd 16` runs three.
                 "--qd" => {
-                    for q in val()?.split(',') {
+                    for q in value_str(&mut it, opt)?.split(',') {
                         let n: u32 = q.parse().map_err(|_| "--qd takes numbers: 32 or 1,4,16")?;
                         if !(1..=p2pdirect::uring::MAX_INFLIGHT).contains(&n) {
                             return Err(format!(
@@ -166,17 +348,19 @@ impl Args {
         Ok(a)
     }
 
-    /// Refuses an option `cmd` does not take (`stats --qd 4` would
-    /// otherwise be ignored without a word).
-    pub fn check_for(&self, cmd: &str) -> Result<(), String> {
+    /// Refuses option `opt` if `cmd` does not take it (`stats --qd 4`
+    /// would otherwise be ignored without a word).
+    fn check_one(cmd: &str, opt: &str) -> Result<(), String> {
         let takes = options_of(cmd).ok_or(format!("unknown command '{cmd}'"))?;
-        match self.given.iter().find(|o| !takes.contains(&o.as_str())) {
-            Some(o) if takes.is_empty() => Err(format!("{cmd} takes no option ({o} given)")),
-            Some(o) => Err(format!(
-                "{cmd} does not take {o} (it takes {})",
+        if takes.contains(&opt) {
+            Ok(())
+        } else if takes.is_empty() {
+            Err(format!("{cmd} takes no option ({opt} given)"))
+        } else {
+            Err(format!(
+                "{cmd} does not take {opt} (it takes {})",
                 takes.join(" ")
-            )),
-            None => Ok(()),
+            ))
         }
     }
 
@@ -216,6 +400,22 @@ impl Args {
                  in use; name one with --dev (its data in the region used is overwritten)",
                 gpu.index, gpu.pci_addr
             ))
+    }
+
+    /// Refuses namespace `ns` if provider `gpu` cannot reach it: the check
+    /// the default choice makes, so that `--dev` of an unreachable
+    /// namespace is refused before anything is written to it (its READ
+    /// would fail with `EREMOTEIO`).
+    pub fn require_reach(ns: &Namespace, gpu: &Provider) -> Result<(), String> {
+        if ns.distance_from(gpu).is_some() {
+            return Ok(());
+        }
+        Err(format!(
+            "provider {} ({}) cannot reach {} by P2P DMA (no P2PDMA distance between them; \
+             see p2pd info's reachability matrix): refused, nothing written; choose another \
+             --dev or --gpu",
+            gpu.index, gpu.pci_addr, ns.name
+        ))
     }
 
     /// `--gpu`, else the first BAR provider.
@@ -297,8 +497,11 @@ fn is_mpath_path(name: &str) -> bool {
 #[derive(Clone, Debug)]
 pub struct Stacked {
     pub name: String,
-    /// `raid1`, `dm linear`, `nvme multipath`...
+    /// `md raid1` (md's level), `dm`, `nvme multipath`.
     pub kind: String,
+    /// A device-mapper device's name (`dm/name`, which its creator chose;
+    /// sysfs does not say its target type).
+    pub dm_name: Option<String>,
     pub legs: Vec<Leg>,
     /// Why p2pdirect refuses the device (DMA_PROBE's `ELOOP` or `E2BIG`):
     /// it is stacked past the UAPI's limits.
@@ -388,6 +591,13 @@ fn over_limit(legs: &[Leg], too_deep: bool) -> Option<String> {
 }
 
 impl Stacked {
+    /// Whether the block layer takes P2PDMA pages for the device: not for
+    /// device-mapper, which does not advertise `BLK_FEAT_PCI_P2PDMA` in
+    /// Linux 7.2 and 7.3, so p2pdirect gives `EOPNOTSUPP` (COMPAT bounces).
+    pub fn p2pdma(&self) -> bool {
+        self.dm_name.is_none()
+    }
+
     pub fn all() -> Vec<Stacked> {
         let mut out = Vec::new();
         let Ok(dir) = fs::read_dir("/sys/block") else {
@@ -399,11 +609,12 @@ impl Stacked {
                 continue;
             }
             let p = e.path();
+            let mut dm_name = None;
             let kind = if let Some(level) = read_trim(p.join("md/level")) {
                 format!("md {level}")
             } else if p.join("dm").exists() {
-                let target = read_trim(p.join("dm/name")).unwrap_or_default();
-                format!("dm ({target})")
+                dm_name = Some(read_trim(p.join("dm/name")).unwrap_or_default());
+                "dm".to_string()
             } else {
                 "nvme multipath".to_string()
             };
@@ -414,6 +625,7 @@ impl Stacked {
             out.push(Stacked {
                 name,
                 kind,
+                dm_name,
                 legs,
                 over_limit,
             });
@@ -563,10 +775,8 @@ impl Namespace {
         o.str("device", &self.name);
         o.int("nsid", self.nsid);
         o.str("serial", &self.serial);
-        o.str(
-            "controller",
-            &self.pci.map_or(String::new(), |a| a.to_string()),
-        );
+        // A multipath head has no one controller: `null`.
+        o.opt_str("controller", self.pci.map(|a| a.to_string()).as_deref());
         o.int("size", self.size);
         o.int("logical_block_size", self.lbs);
         o.end()
@@ -654,6 +864,18 @@ impl Json {
         self.0.push_str(&Self::quote(v));
     }
 
+    /// A string, or `null` for `None`.
+    pub fn opt_str(&mut self, k: &str, v: Option<&str>) {
+        match v {
+            Some(v) => self.str(k, v),
+            None => self.raw(k, "null"),
+        }
+    }
+
+    pub fn bool(&mut self, k: &str, v: bool) {
+        self.raw(k, if v { "true" } else { "false" });
+    }
+
     pub fn num(&mut self, k: &str, v: f64) {
         self.key(k);
         self.0.push_str(&Self::number(v));
@@ -736,6 +958,19 @@ impl Progress {
     }
 }
 
+/// `size` exactly, in the largest of GiB, MiB, KiB and bytes that divides
+/// it: a table's sizes, which hide no byte (12345 bytes used are not
+/// "0 MiB").
+pub fn exact_bytes(size: u64) -> String {
+    match size {
+        0 => "0".into(),
+        s if s.is_multiple_of(1 << 30) => format!("{} GiB", s >> 30),
+        s if s.is_multiple_of(1 << 20) => format!("{} MiB", s >> 20),
+        s if s.is_multiple_of(1 << 10) => format!("{} KiB", s >> 10),
+        s => format!("{s} B"),
+    }
+}
+
 /// `size` for a person: bytes, KiB, MiB or GiB, whichever divides it (else
 /// MiB with a fraction).
 pub fn human_bytes(size: u64) -> String {
@@ -745,5 +980,235 @@ pub fn human_bytes(size: u64) -> String {
         s if s >= 1 << 20 => format!("{:.2} MiB", s as f64 / 1048576.0),
         s if s >= 1 << 10 && s.is_multiple_of(1 << 10) => format!("{} KiB", s >> 10),
         s => format!("{s} bytes"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStringExt;
+
+    fn words(s: &[&str]) -> Vec<OsString> {
+        s.iter().map(OsString::from).collect()
+    }
+
+    fn parse(s: &[&str]) -> Result<CommandLine, String> {
+        parse_command_line(&words(s))
+    }
+
+    fn args(s: &[&str]) -> Args {
+        match parse(s) {
+            Ok(CommandLine::Run(_, a)) => *a,
+            other => panic!("{s:?}: {other:?}"),
+        }
+    }
+
+    fn err(s: &[&str]) -> String {
+        match parse(s) {
+            Err(e) => e,
+            other => panic!("{s:?}: {other:?}"),
+        }
+    }
+
+    fn is_help(s: &[&str]) -> bool {
+        matches!(parse(s), Ok(CommandLine::Help))
+    }
+
+    #[test]
+    fn help_in_every_documented_form() {
+        for s in [
+            &["help"][..],
+            &["help", "bench"],
+            &["--help"],
+            &["-h"],
+            &["bench", "--help"],
+            &["verify", "-h"],
+            &["info", "--json", "--help"],
+            // Help wins over a bad value elsewhere on the line.
+            &["bench", "--qd", "0", "--help"],
+        ] {
+            assert!(is_help(s), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn help_of_no_command_is_an_unknown_command() {
+        assert_eq!(err(&["help", "foo"]), "unknown command 'foo'");
+        let e = err(&["help", "bench", "--json"]);
+        assert!(
+            e.contains("help takes a command name") && e.contains("--json"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn help_flag_only_in_an_option_position() {
+        // The word after --out is its value's position: never help.
+        let e = err(&["bench", "--out", "-h"]);
+        assert!(e.starts_with("--out needs a value"), "{e}");
+        let e = err(&["bench", "--out", "--help"]);
+        assert!(e.starts_with("--out needs a value"), "{e}");
+        let e = err(&["verify", "--dev", "--json"]);
+        assert!(e.starts_with("--dev needs a value"), "{e}");
+        // A value may start with one dash (a run name's part).
+        assert_eq!(args(&["bench", "--only", "-t4"]).only, ["-t4"]);
+    }
+
+    #[test]
+    fn positional_arguments_are_unexpected() {
+        let e = err(&["info", "extra"]);
+        assert!(e.starts_with("unexpected argument 'extra'"), "{e}");
+        assert!(err(&["verify", "-"]).starts_with("unexpected argument '-'"));
+        assert_eq!(err(&["info", "--bogus"]), "unknown option '--bogus'");
+        assert_eq!(err(&["nosuch"]), "unknown command 'nosuch'");
+        assert_eq!(err(&[]), "no command given");
+    }
+
+    #[test]
+    fn option_with_equals_sign_gets_a_hint() {
+        let e = err(&["verify", "--size=16M"]);
+        assert!(e.contains("use --size 16M"), "{e}");
+        assert!(err(&["info", "--json=1"]).contains("--json takes no value"));
+        // An option the command does not take is refused as such.
+        assert!(err(&["stats", "--qd=4"]).starts_with("stats does not take --qd"));
+    }
+
+    #[test]
+    fn single_value_options_once_qd_and_only_repeated() {
+        let e = err(&["verify", "--dev", "a", "--dev", "b"]);
+        assert!(e.starts_with("--dev given twice"), "{e}");
+        assert!(err(&["bench", "--size", "8M", "--size", "16M"]).starts_with("--size given twice"));
+        let a = args(&[
+            "bench", "--qd", "1,4", "--qd", "4", "--only", "x", "--only", "y",
+        ]);
+        assert_eq!(a.qd, [1, 4]);
+        assert_eq!(a.only, ["x", "y"]);
+        // A flag given twice is as once.
+        assert!(args(&["info", "--json", "--json"]).json);
+    }
+
+    #[test]
+    fn seconds_range() {
+        for bad in ["1e-20", "0", "-1", "0.0009", "3600", "NaN", "inf"] {
+            let e = err(&["bench", "--seconds", bad]);
+            assert!(
+                e.starts_with("--seconds must be") || e.contains("number"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(args(&["bench", "--seconds", "0.001"]).seconds, Some(0.001));
+        assert_eq!(
+            args(&["bench", "--seconds", "3599.5"]).seconds,
+            Some(3599.5)
+        );
+    }
+
+    #[test]
+    fn foreign_options_refused_before_their_value() {
+        assert!(err(&["stats", "--qd", "0"]).starts_with("stats does not take --qd"));
+        assert!(err(&["version", "--size", "1T"]).starts_with("version does not take --size"));
+        assert!(err(&["version", "--reset"]).starts_with("version does not take --reset"));
+    }
+
+    #[test]
+    fn non_utf8_refused_but_in_out_file() {
+        let bad = || OsString::from_vec(b"\xff".to_vec());
+        let e = parse_command_line(&[OsString::from("info"), bad()]).unwrap_err();
+        assert!(e.contains("\\xFF") && e.contains("not valid UTF-8"), "{e}");
+        let e = parse_command_line(&[bad()]).unwrap_err();
+        assert!(e.contains("not valid UTF-8"), "{e}");
+        let e = parse_command_line(&[OsString::from("verify"), "--dev".into(), bad()]).unwrap_err();
+        assert!(
+            e.starts_with("--dev: the value") && e.contains("not valid UTF-8"),
+            "{e}"
+        );
+        let file = OsString::from_vec(b"/tmp/\xff.json".to_vec());
+        match parse_command_line(&[OsString::from("bench"), "--out".into(), file.clone()]) {
+            Ok(CommandLine::Run(_, a)) => assert_eq!(a.out, Some(PathBuf::from(file))),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("16M"), Ok(16 << 20));
+        assert_eq!(parse_size("0x1000"), Ok(4096));
+        assert!(parse_size("abc").is_err());
+        assert!(parse_size("99999999999999999999")
+            .unwrap_err()
+            .contains("too big"));
+        assert!(parse_size("ÿ").is_err());
+    }
+
+    #[test]
+    fn exact_bytes_hides_nothing() {
+        assert_eq!(exact_bytes(0), "0");
+        assert_eq!(exact_bytes(12345), "12345 B");
+        assert_eq!(exact_bytes(12288), "12 KiB");
+        assert_eq!(exact_bytes(64 << 20), "64 MiB");
+        assert_eq!(exact_bytes((64 << 20) - 4096), "65532 KiB");
+        assert_eq!(exact_bytes(2 << 30), "2 GiB");
+    }
+
+    #[test]
+    fn json_quotes_and_nulls() {
+        assert_eq!(Json::quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+        let mut o = Json::obj();
+        o.opt_str("controller", None);
+        o.opt_str("name", Some("p2p\"x"));
+        o.bool("p2pdma", false);
+        assert_eq!(
+            o.end(),
+            "{\"controller\":null,\"name\":\"p2p\\\"x\",\"p2pdma\":false}"
+        );
+        let mut o = Json::obj();
+        o.raw("unreachable_legs", &Json::array(&[Json::quote("nvme\"1")]));
+        assert_eq!(o.end(), "{\"unreachable_legs\":[\"nvme\\\"1\"]}");
+    }
+
+    fn provider(reaches: Option<u32>) -> Provider {
+        Provider {
+            index: 1,
+            kind: sys::P2PDIRECT_PROVIDER_BAR,
+            pci_addr: PciAddr(0x0300),
+            bar: 2,
+            bar_size: 64 << 20,
+            bus_addr: 0,
+            bytes_total: 64 << 20,
+            bytes_free: 64 << 20,
+            bytes_used: 0,
+            clients: vec![p2pdirect::Client {
+                pci_addr: PciAddr(0x0b00),
+                distance: reaches,
+            }],
+        }
+    }
+
+    fn namespace(size: u64) -> Namespace {
+        Namespace {
+            name: "nvme4n1".into(),
+            nsid: 4,
+            serial: "s".into(),
+            pci: Some(PciAddr(0x0b00)),
+            paths: Vec::new(),
+            size,
+            lbs: 512,
+        }
+    }
+
+    #[test]
+    fn unreachable_dev_refused_naming_provider_and_namespace() {
+        let ns = namespace(128 << 20);
+        assert!(Args::require_reach(&ns, &provider(Some(2))).is_ok());
+        let e = Args::require_reach(&ns, &provider(None)).unwrap_err();
+        for want in [
+            "provider 1",
+            "0000:03:00.0",
+            "nvme4n1",
+            "p2pd info",
+            "nothing written",
+        ] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
     }
 }

@@ -36,15 +36,29 @@ re=$(IFS='|'; echo "${patterns[*]}")
 # own report of a failure they injected ("<task>: page allocation failure:"
 # or "vmalloc error:", then the task and hardware lines and a call trace) is
 # expected: its "Call Trace:" line is accepted when such a report opened at
-# most 8 lines before. Every other pattern still counts there.
+# most 8 lines before. Every other pattern still counts there. Between
+# harden_test's memory-cgroup markers, a test process past its cgroup's
+# memory.max may be killed by that cgroup's OOM killer, whose report ("<task>
+# invoked oom-killer:", a call trace, ..., "oom-kill:constraint=...") is
+# expected when it is of the test's own cgroup (CONSTRAINT_MEMCG,
+# oom_memcg=/p2pd-limit-*): its call trace waits for that line, and counts
+# if the report ends otherwise.
 awk -v re="$re" '
+function flush() { if (pending != "") { printf "%s", pending; bad = 1 } pending = "" }
 /p2pdirect-fault: injecting allocation failures/ { window = 1 }
 /p2pdirect-fault: allocation failure injection over/ { window = 0; report = 0 }
-window && /: (page allocation failure|vmalloc error): / { report = NR }
+/p2pdirect-memcg: out-of-memory kills expected/ { window = 2 }
+/p2pdirect-memcg: out-of-memory window over/ { window = 0; report = 0; flush() }
+window == 1 && /: (page allocation failure|vmalloc error): / { report = NR }
+window == 2 && / invoked oom-killer: / { flush(); report = NR }
+window == 2 && /oom-kill:constraint=CONSTRAINT_MEMCG,.*,oom_memcg=\/p2pd-limit-[0-9]+,/ { pending = "" }
 $0 ~ re && !/Kernel command line:/ {
-	if (window && report && NR - report <= 8 && /Call Trace:/)
+	if (window && report && NR - report <= 8 && /Call Trace:/) {
+		if (window == 2)
+			pending = pending NR ":" $0 "\n"
 		next
+	}
 	print NR ":" $0
 	bad = 1
 }
-END { exit bad }' "$log"
+END { flush(); exit bad }' "$log"

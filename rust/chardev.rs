@@ -87,7 +87,7 @@ impl OpenFile {
         let (alloc, info) = Allocation::new(provider, size, align, FileMapping::of(file)?)?;
         let state = alloc.state.clone();
         let mut allocs = self.allocs.lock();
-        if let Err(e) = allocs.reserve(1, GFP_KERNEL) {
+        if let Err(e) = allocs.reserve(1, GFP_KERNEL_ACCOUNT) {
             drop(allocs);
             alloc.free();
             return Err(e.into());
@@ -166,10 +166,10 @@ impl OpenFile {
                 allocs <- new_mutex!(KVec::new()),
                 regs <- new_mutex!(FileRegs::new()),
                 reg_index <- RegIndex::new(),
-                uring: Arc::pin_init(UringShared::new(), GFP_KERNEL)?,
+                uring: Arc::pin_init(UringShared::new(), GFP_KERNEL_ACCOUNT)?,
                 dma_hints <- DmaHints::new(),
             }),
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )
     }
 

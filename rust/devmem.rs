@@ -583,6 +583,9 @@ impl AllocState {
         if inner.live.is_none() {
             return Err(EFAULT);
         }
+        // The allocation's list, grown by whoever subscribes (other
+        // processes, kernel consumers): charged to none; each subscriber's
+        // own record is charged to its maker.
         inner.subscribers.push(consumer, GFP_KERNEL)?;
         Ok(())
     }
@@ -868,7 +871,10 @@ impl Allocation {
                 }
                 // The owner's pool aligns to pages only: take enough to align within.
                 let total = usize::try_from(size + align - page).map_err(|_| ENOMEM)?;
-                let own = Arc::new(P2pMem::alloc(provider.pdev.aref(), total)?, GFP_KERNEL)?;
+                let own = Arc::new(
+                    P2pMem::alloc(provider.pdev.aref(), total)?,
+                    GFP_KERNEL_ACCOUNT,
+                )?;
                 let first = own.bus_addr(0);
                 let skip = (first.next_multiple_of(align) - first) as usize;
                 // A page of the pool still referenced for an instant by its
@@ -884,9 +890,13 @@ impl Allocation {
             }
         };
         // The previous owner's data never shows (GPU drivers zero between
-        // processes too).
+        // processes too). A caller killed meanwhile gets nothing: the memory
+        // goes back at once, not after gigabytes of zeros nobody reads.
         let (mem, start) = backing.mem();
-        mem.zero(start, size as usize);
+        if let Err(e) = mem.zero(start, size as usize) {
+            undo(&provider, backing, size);
+            return Err(e);
+        }
         let state = {
             let handle = Handle::acquire();
             let owner = provider.clone();
@@ -906,7 +916,7 @@ impl Allocation {
                         }),
                         told <- new_condvar!(),
                     }),
-                    GFP_KERNEL,
+                    GFP_KERNEL_ACCOUNT,
                 )?;
                 Ok((h, s))
             });

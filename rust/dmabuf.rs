@@ -139,6 +139,8 @@ impl Exporter for Export {
             return Err(eremoteio());
         }
         let pinned = Pinned::new(self.alloc.provider.pdev.addr(), self.size);
+        // In whatever task the importer maps from (a kworker, another
+        // process): charged to none.
         self.holds.lock().push((r.hold, pinned), GFP_KERNEL)?;
         Ok(MapRange {
             provider: r.provider,
@@ -164,7 +166,7 @@ impl Exporter for Export {
                 offset: self.offset,
                 size: self.size,
             },
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )?;
         devmem::seal_mapping(vma);
         vma.set_mixedmap();

@@ -139,7 +139,7 @@ impl Client for External {
                 core_id: NEXT_CORE_ID.fetch_add(1, Relaxed),
                 gone,
             },
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )?))
     }
 }
@@ -183,6 +183,7 @@ impl Context for ExternalCtx {
     fn get_pages(&mut self, write: bool) -> Result {
         let id = self.core_id;
         // Known before the client is: its invalidation may come at once.
+        // (The client's list, shared by all its users: charged to none.)
         self.gone.0.state.lock().pinned.push(id, GFP_KERNEL)?;
         self.fc()?.get_pages(write, id)
     }
@@ -409,7 +410,7 @@ impl KernelApi for Api {
                 }),
                 done <- new_condvar!(),
             }),
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         );
         let mem = match mem {
             Ok(m) => m,

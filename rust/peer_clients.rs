@@ -129,7 +129,7 @@ fn context(range: UserRange, state: Option<Arc<AllocState>>) -> Result<Option<KB
             state,
             provider: None,
         },
-        GFP_KERNEL,
+        GFP_KERNEL_ACCOUNT,
     )?;
     Ok(Some(ctx))
 }

@@ -207,9 +207,27 @@ pub(crate) fn register(
             claim <- new_mutex!(Some((claim, pinned, charge))),
             io <- new_spinlock!(Some(io)),
         }),
-        GFP_KERNEL,
-    )?;
-    regs.list.reserve(1, GFP_KERNEL)?;
+        GFP_KERNEL_ACCOUNT,
+    );
+    // Out of memory (the caller's cgroup at its limit, say): the pin goes
+    // with the entry, and memory freed meanwhile may have waited for it
+    // only, as above.
+    let entry = match entry {
+        Ok(entry) => match regs.list.reserve(1, GFP_KERNEL_ACCOUNT) {
+            Ok(()) => entry,
+            Err(e) => {
+                drop(regs);
+                drop(entry);
+                crate::devmem::reap();
+                return Err(e.into());
+            }
+        },
+        Err(e) => {
+            drop(regs);
+            crate::devmem::reap();
+            return Err(e);
+        }
+    };
     // Freed, or its driver unbinding, between the lookup and now: the pin
     // goes at once.
     let subscribed = match (state, foreign) {
@@ -248,7 +266,7 @@ fn admit(regs: &mut FileRegs, range: UserRange) -> Result<Arc<Atomic<u64>>> {
     match regs.pinned.as_ref() {
         Some(c) => Ok(c.clone()),
         None => {
-            let c = Arc::new(Atomic::new(0u64), GFP_KERNEL)?;
+            let c = Arc::new(Atomic::new(0u64), GFP_KERNEL_ACCOUNT)?;
             regs.pinned = Some(c.clone());
             Ok(c)
         }

@@ -143,7 +143,7 @@ impl UringShared {
     pub(crate) fn new() -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             inflight: AtomicU32::new(0),
-            batches <- BoxCache::new(URING_SPARE_BATCHES),
+            batches <- BoxCache::new(URING_SPARE_BATCHES, GFP_KERNEL_ACCOUNT),
         }? Error)
     }
 }

@@ -50,6 +50,11 @@ pub(crate) unsafe trait BioPages {
     /// Bytes of the range.
     fn len(&self) -> u64;
 
+    /// Whether a device may write into the pages (pinned for writing, or
+    /// the holder's own): a READ (device to memory) takes only such pages,
+    /// whatever its caller checked (see [`Op::check`]).
+    fn writable(&self) -> bool;
+
     /// The page holding byte `off` of the range and the offset of that byte
     /// in it; `None` if `off` is outside the range.
     fn page_at(&self, off: u64) -> Option<(BorrowedPage<'_>, u32)>;
@@ -186,6 +191,19 @@ impl Op {
             (true, true) => Op::WriteFua,
         }
     }
+
+    /// `EFAULT` if the I/O would have the device write into `pages` that
+    /// were not pinned for writing (a read-only or copy-on-write shared
+    /// page, whose other users would see the data). Every way of building
+    /// a bio or a file's I/O here checks it (DMA mappings for kernel
+    /// consumers are bidirectional, as the RDMA core's own are: see
+    /// `DmaMapping`).
+    pub(crate) fn check<P: BioPages + ?Sized>(self, pages: &P) -> Result {
+        if matches!(self, Op::Read) && !pages.writable() {
+            return Err(EFAULT);
+        }
+        Ok(())
+    }
 }
 
 /// `bi_opf` of a READ or WRITE the caller waits for (`dio_bio_write_op()`'s
@@ -256,6 +274,7 @@ pub(crate) fn rw_onstack<P: BioPages>(
     op: Op,
 ) -> Result<bool> {
     const VECS: usize = 8;
+    op.check(pages)?;
     if off
         .checked_add(u64::from(len))
         .is_none_or(|e| e > pages.len())
@@ -586,6 +605,7 @@ impl<P: BioPages> BuildBios for Batch<'_, P> {
         if self.waited.get() {
             return Err(EINVAL);
         }
+        self.op.check(self.pages)?;
         alloc_bio(self.bdev, self.op, pos, nr_vecs, self.private())
     }
 
@@ -655,13 +675,15 @@ pub(crate) struct AsyncBatch<O: AsyncOwner> {
 
 impl<O: AsyncOwner> AsyncBatch<O> {
     /// A batch for `owner`'s block device and `pages`, one way, in a box
-    /// from `cache` (see [`BoxCache::alloc`]).
+    /// from `cache` (see [`BoxCache::alloc`]); a new box is charged to the
+    /// submitting task's memory cgroup.
     pub(crate) fn new(
         owner: O,
         pages: O::Pages,
         op: Op,
         cache: &BoxCache<Self>,
     ) -> Result<KBox<Self>> {
+        op.check(&pages)?;
         Ok(cache.alloc(
             Self {
                 owner,
@@ -670,7 +692,7 @@ impl<O: AsyncOwner> AsyncBatch<O> {
                 op,
                 core: Core::new(),
             },
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )?)
     }
 

@@ -31,10 +31,11 @@ pub(crate) struct BoxCache<T> {
 }
 
 impl<T> BoxCache<T> {
-    /// A cache that keeps at most `max` spares (none made yet).
-    pub(crate) fn new(max: usize) -> impl PinInit<Self, Error> {
+    /// A cache that keeps at most `max` spares (none made yet), its own
+    /// array allocated with `flags`.
+    pub(crate) fn new(max: usize, flags: Flags) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
-            spare <- new_spinlock!(KVec::with_capacity(max, GFP_KERNEL)?),
+            spare <- new_spinlock!(KVec::with_capacity(max, flags)?),
         }? Error)
     }
 
@@ -89,7 +90,8 @@ mod tests {
     #[test]
     fn spares_are_reused_and_bounded() {
         let drops = AtomicUsize::new(0);
-        let cache = KBox::pin_init(BoxCache::<Counted<'_>>::new(2), GFP_KERNEL).unwrap();
+        let cache =
+            KBox::pin_init(BoxCache::<Counted<'_>>::new(2, GFP_KERNEL), GFP_KERNEL).unwrap();
         let boxes = [1, 2, 3].map(|i| cache.alloc(Counted(&drops, i), GFP_KERNEL).unwrap());
         let addrs = boxes.each_ref().map(|b| core::ptr::from_ref(&**b) as usize);
         for (i, b) in (1..).zip(boxes) {

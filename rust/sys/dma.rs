@@ -51,7 +51,7 @@ unsafe fn sg_from_pages(
             offset,
             len,
             u32::MAX,
-            bindings::GFP_KERNEL,
+            bindings::GFP_KERNEL_ACCOUNT,
         )
     })?;
     Ok(sgt)

@@ -201,7 +201,7 @@ pub(crate) fn export<T: Exporter>(
             data <- data,
             link <- new_mutex!(None),
         }),
-        GFP_KERNEL,
+        GFP_KERNEL_ACCOUNT,
     )?;
     let info = bindings::dma_buf_export_info {
         exp_name: c"p2pdirect".as_char_ptr(),

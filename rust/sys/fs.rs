@@ -18,7 +18,7 @@ use core::{
 };
 use kernel::{bindings, fs::File, page::PAGE_SIZE, prelude::*, types::Opaque};
 
-use super::bio::{BioPages, DropInAnyContext};
+use super::bio::{BioPages, DropInAnyContext, Op};
 
 // What the kernel offers only as static inlines and macros: the shim's
 // functions, as bindgen declares them (`super::c`).
@@ -82,14 +82,19 @@ struct Kvecs {
 }
 
 impl Kvecs {
-    fn new<P: BioPages>(pages: &P, off: u64, len: u64) -> Result<Self> {
+    /// The segments of `len` bytes of `pages` at `off`, for a WRITE (out
+    /// of the pages) or a READ (into them, so pages pinned for writing:
+    /// [`Op::check`]). Charged to the caller's memory cgroup: an
+    /// asynchronous I/O keeps them while it is in flight.
+    fn new<P: BioPages>(pages: &P, off: u64, len: u64, write: bool) -> Result<Self> {
+        Op::new(write, false).check(pages)?;
         let end = off.checked_add(len).ok_or(EINVAL)?;
         if len == 0 || end > pages.len() {
             return Err(EINVAL);
         }
         // At most one segment per page touched.
         let n = usize::try_from(len.div_ceil(PAGE_SIZE as u64) + 1).map_err(|_| EINVAL)?;
-        let mut v = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let mut v = KVVec::with_capacity(n, GFP_KERNEL_ACCOUNT)?;
         let mut done = 0u64;
         while done < len {
             let (p, in_page, n) = pages.vector(off + done, len - done).ok_or(EINVAL)?;
@@ -107,7 +112,7 @@ impl Kvecs {
                     // count of pages' bytes.
                     iov_len: n as usize,
                 },
-                GFP_KERNEL,
+                GFP_KERNEL_ACCOUNT,
             )?;
             done += n;
         }
@@ -177,7 +182,7 @@ pub(crate) fn rw_sync<P: BioPages>(
     write: bool,
 ) -> Result<u64> {
     let pos = i64::try_from(pos).map_err(|_| EINVAL)?;
-    let segs = Kvecs::new(pages, off, len)?;
+    let segs = Kvecs::new(pages, off, len, write)?;
     let kiocb = Opaque::<bindings::kiocb>::uninit();
     let iter = Opaque::<bindings::iov_iter>::uninit();
     // SAFETY: `kiocb` is ours to initialise; a synchronous kiocb (no
@@ -261,7 +266,7 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
         write: bool,
     ) -> Result<KBox<Self>> {
         i64::try_from(pos).map_err(|_| EINVAL)?;
-        let segs = Kvecs::new(&pages, off, len)?;
+        let segs = Kvecs::new(&pages, off, len, write)?;
         Ok(KBox::new(
             Self {
                 kiocb: Opaque::uninit(),
@@ -275,7 +280,7 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
                 res: 0,
                 refs: AtomicU8::new(0),
             },
-            GFP_KERNEL,
+            GFP_KERNEL_ACCOUNT,
         )?)
     }
 

@@ -11,6 +11,10 @@
 //!   with `FOLL_PCI_P2PDMA`, so that a device's pgmap can always be
 //!   unplugged): long-lived holders drop their pins when told to.
 //! - [`Pages::alloc_zeroed`]: whole pages of host memory.
+//!
+//! Both charge what they allocate (the record, the page array, the host
+//! pages) to the calling task's memory cgroup: a user decides how long
+//! they live.
 //! - [`Pages::clone`]: another reference; the last one unpins (or frees) the
 //!   pages in any context, as the block layer's direct I/O unpins in bio
 //!   completion.
@@ -56,12 +60,16 @@ enum Source {
 ///   (`Source::User`) or allocated (`Source::Allocated`) by this value, and
 ///   given back only when the last reference goes.
 /// - `offset < PAGE_SIZE` and `offset + len <= pages.len() * PAGE_SIZE`.
+/// - `writable`: the pages were pinned for writing (`FOLL_WRITE`, which
+///   breaks copy-on-write sharing and refuses read-only mappings) or
+///   allocated here, so a device may write into them.
 struct Inner {
     refs: Refcount,
     pages: KVVec<*mut bindings::page>,
     offset: u32,
     len: u64,
     source: Source,
+    writable: bool,
     /// PCI address of the function whose BAR holds the first page, once
     /// looked up (0: not yet, or host memory).
     provider: AtomicU32,
@@ -126,7 +134,7 @@ unsafe impl Sync for Pages {}
 
 impl Pages {
     fn from_inner(inner: Inner) -> Result<Self> {
-        let inner = KBox::new(inner, GFP_KERNEL)?;
+        let inner = KBox::new(inner, GFP_KERNEL_ACCOUNT)?;
         // INVARIANT: a new allocation with one reference, owned here.
         Ok(Self {
             inner: NonNull::from(KBox::leak(inner)),
@@ -151,7 +159,7 @@ impl Pages {
         if npages > i32::MAX as usize / core::mem::size_of::<*mut bindings::page>() {
             return Err(ENOMEM);
         }
-        let mut pages = KVVec::<*mut bindings::page>::with_capacity(npages, GFP_KERNEL)?;
+        let mut pages = KVVec::<*mut bindings::page>::with_capacity(npages, GFP_KERNEL_ACCOUNT)?;
         let mut gup = bindings::FOLL_PCI_P2PDMA;
         if write {
             gup |= bindings::FOLL_WRITE;
@@ -179,6 +187,7 @@ impl Pages {
             offset: (addr - first) as u32,
             len,
             source: Source::User,
+            writable: write,
             provider: AtomicU32::new(0),
             reach_ok: ReachCache::new(),
             run: AtomicU8::new(Run::Unknown as u8),
@@ -191,21 +200,23 @@ impl Pages {
             return Err(EINVAL);
         }
         let npages = usize::try_from(len.div_ceil(PAGE)).map_err(|_| ENOMEM)?;
-        let mut pages = KVVec::<*mut bindings::page>::with_capacity(npages, GFP_KERNEL)?;
+        let mut pages = KVVec::<*mut bindings::page>::with_capacity(npages, GFP_KERNEL_ACCOUNT)?;
         let mut this = Inner {
             refs: Refcount::new(1),
             pages: KVVec::new(),
             offset: 0,
             len,
             source: Source::Allocated,
+            writable: true,
             provider: AtomicU32::new(0),
             reach_ok: ReachCache::new(),
             run: AtomicU8::new(Run::Unknown as u8),
         };
         for _ in 0..npages {
             // SAFETY: plain page allocation.
-            let page =
-                unsafe { bindings::alloc_pages(bindings::GFP_KERNEL | bindings::__GFP_ZERO, 0) };
+            let page = unsafe {
+                bindings::alloc_pages(bindings::GFP_KERNEL_ACCOUNT | bindings::__GFP_ZERO, 0)
+            };
             if page.is_null() {
                 this.pages = pages;
                 // `Inner`'s drop frees the pages taken so far.
@@ -511,6 +522,10 @@ unsafe impl BioPages for Pages {
         Pages::len(self)
     }
 
+    fn writable(&self) -> bool {
+        self.inner().writable
+    }
+
     fn contiguous(&self, off: u64, max: u64) -> u64 {
         self.page_and_offset(off)
             .map_or(0, |(_, in_page)| self.vector_len(off, in_page, max))
@@ -579,6 +594,32 @@ mod tests {
         // Never past the range's end, even inside its last page.
         let q = Pages::alloc_zeroed(PAGE + 512).unwrap();
         assert_eq!(q.contiguous(PAGE, PAGE), 512);
+    }
+
+    #[test]
+    fn device_writes_only_into_pages_pinned_for_writing() {
+        use crate::sys::bio::Op;
+        // Host pages of its own: any way.
+        let p = Pages::alloc_zeroed(PAGE).unwrap();
+        assert!(Op::Read.check(&p).is_ok());
+        assert!(Op::Write.check(&p).is_ok());
+        // Pages not pinned for writing (no page needed to show it): out of
+        // them only.
+        let ro = Pages::from_inner(Inner {
+            refs: Refcount::new(1),
+            pages: KVVec::new(),
+            offset: 0,
+            len: 0,
+            source: Source::User,
+            writable: false,
+            provider: AtomicU32::new(0),
+            reach_ok: ReachCache::new(),
+            run: AtomicU8::new(Run::Unknown as u8),
+        })
+        .unwrap();
+        assert_eq!(Op::Read.check(&ro).err(), Some(EFAULT));
+        assert!(Op::Write.check(&ro).is_ok());
+        assert!(Op::WriteFua.check(&ro).is_ok());
     }
 
     #[test]

@@ -478,22 +478,24 @@ impl P2pMem {
         Ok(())
     }
 
-    /// Fills `len` bytes at `off` with zeros through the CPU, in chunks with
-    /// rescheduling points (a large BAR takes a while).
-    pub(crate) fn zero(&self, off: usize, len: usize) {
-        let Ok(p) = self.range(off, len) else {
-            return;
-        };
+    /// Fills `len` bytes at `off` with zeros through the CPU, in chunks of
+    /// 1 MiB with rescheduling points (a large BAR takes a while). `EINTR`
+    /// when the calling task is killed before the end: what it zeroed so
+    /// far is of no use to anyone, so it stops. Process context only.
+    pub(crate) fn zero(&self, off: usize, len: usize) -> Result {
+        let p = self.range(off, len)?;
         let mut done = 0;
         while done < len {
             let n = (len - done).min(1 << 20);
             // SAFETY: `p + done .. + n` lies in this allocation (checked),
             // mapped in the kernel's address space by the P2PDMA core.
             unsafe { bindings::memset_io(p.cast::<u8>().add(done).cast(), 0, n) };
-            // Zeroed all the same: the memory is handed out after.
-            let _ = super::resched();
             done += n;
+            if super::resched() && done < len {
+                return Err(EINTR);
+            }
         }
+        Ok(())
     }
 
     /// Maps the page at `off` where a fault on one of its mappings waits.

@@ -87,7 +87,10 @@ impl ForeignClient {
                     sg: None,
                     mapped: None,
                 };
-                fc.sg = Some(KBox::new(bindings::sg_table::default(), GFP_KERNEL)?);
+                fc.sg = Some(KBox::new(
+                    bindings::sg_table::default(),
+                    GFP_KERNEL_ACCOUNT,
+                )?);
                 Ok(Some(fc))
             }
             e => Err(Error::from_errno(e)),

@@ -99,10 +99,11 @@ impl<T: Send + Sync> RcuMap<T> {
         let p = Arc::into_raw(value).cast_mut().cast::<c_void>();
         // SAFETY: `xa` is valid (type invariant); `__xa_insert` is called
         // with its lock held, which it drops and retakes only to allocate
-        // (GFP_KERNEL), as `xa_insert` does.
+        // (GFP_KERNEL_ACCOUNT: a user's entries, charged to their memory
+        // cgroup), as `xa_insert` does.
         let r = unsafe {
             bindings::xa_lock(self.xa.get());
-            let r = bindings::__xa_insert(self.xa.get(), i, p, bindings::GFP_KERNEL);
+            let r = bindings::__xa_insert(self.xa.get(), i, p, bindings::GFP_KERNEL_ACCOUNT);
             bindings::xa_unlock(self.xa.get());
             r
         };

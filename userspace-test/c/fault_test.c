@@ -134,18 +134,6 @@ static unsigned long long sysfs_ull(const char *path)
 	return strtoull(buf, NULL, 0);
 }
 
-/* A line for the kernel log, which the host's console scan reads. */
-static void log_kernel(const char *msg)
-{
-	int fd = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return;
-	if (write(fd, msg, strlen(msg)) < 0)
-		perror("/dev/kmsg");
-	close(fd);
-}
-
 static double now_ms(void)
 {
 	struct timespec ts;

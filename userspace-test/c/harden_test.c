@@ -4,7 +4,8 @@
  * stdout): module lifetime, sizes that must not reach an allocation, zeroed
  * ALLOC, open modes, read(2)/write(2) parity on raw block devices, complete
  * invalidation, no side effect of a failed call, resource bounds, honest
- * accounting of CPU-copied bytes, refaults of live mappings.
+ * accounting of CPU-copied bytes, refaults of live mappings, kernel memory
+ * charged to the caller's memory cgroup.
  *
  * Every byte written to GPU memory is reported to the host in the record
  * format of ci/hostcheck.py (whole allocations as "zero" when made, as ALLOC
@@ -23,6 +24,8 @@
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -1213,6 +1216,54 @@ TEST_F(hd, killed_while_registering_gives_everything_back)
 	EXPECT_EQ(before, used_on(self->dev, self->gpu[0].pci));
 }
 
+/*
+ * A process killed while it allocates gives everything back, also when the
+ * kill finds ALLOC zeroing its memory (which then stops, since ABI 1.18):
+ * the provider's used bytes and the handles are as before. (A guard of the
+ * stop's undo path: that the zeroing stopped early is not seen from here,
+ * and the old ALLOC, which zeroed to the end, passed it too.)
+ */
+TEST_F(hd, killed_while_allocating_gives_everything_back)
+{
+	__u64 before = used_on(self->dev, self->gpu[1].pci);
+	struct p2pdirect_alloc a;
+	__u64 lowest;
+	pid_t pid;
+	int st;
+
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[1], 64 * KiB, &a));
+	lowest = a.handle;
+	ASSERT_EQ(0, free_handle(self->dev, a.handle));
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		int dev = open(DEV_PATH, O_RDWR);
+
+		if (dev < 0)
+			_exit(1);
+		for (;;) {
+			struct p2pdirect_alloc b = { .provider = self->gpu[1].index,
+						     .size = 32 * MiB };
+
+			if (!ioctl(dev, P2PDIRECT_IOC_ALLOC, &b))
+				free_handle(dev, b.handle);
+		}
+	}
+	usleep(500000);
+	ASSERT_EQ(0, kill(pid, SIGKILL));
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	EXPECT_TRUE(WIFSIGNALED(st));
+	EXPECT_EQ(before, used_on(self->dev, self->gpu[1].pci));
+	/*
+	 * The lowest free handle is still the one it was before. The memory
+	 * the child took (the lowest free 32 MiB), zeroed in part: zeroed
+	 * whole again, and the host told so.
+	 */
+	ASSERT_EQ(0, alloc_on(self->dev, &self->gpu[1], 32 * MiB, &a));
+	EXPECT_EQ(lowest, a.handle);
+	EXPECT_EQ(0, free_handle(self->dev, a.handle));
+}
+
 /* --- 9. honest accounting ---------------------------------------------------------- */
 
 /*
@@ -1403,7 +1454,248 @@ TEST_F(hd, madv_dontneed_refaults_live_memory)
 	munmap(m, a.size);
 }
 
-/* --- 11. published memory goes with its driver -------------------------------- */
+/* --- 11. kernel memory charged to the caller's memory cgroup --------------- */
+
+#define CG_ROOT "/sys/fs/cgroup"
+/* Open files the charge test fills, and the most the limit test tries. */
+#define CG_FILES 8
+#define CG_LIMIT_FILES 16
+#define CG_LIMIT (8 * MiB)
+#define OOM_BEGIN "<5>p2pdirect-memcg: out-of-memory kills expected\n"
+#define OOM_END "<5>p2pdirect-memcg: out-of-memory window over\n"
+
+/*
+ * A cgroup v2 directory of its own at @dir with the memory controller
+ * (cgroup2 mounted on /sys/fs/cgroup if the guest has not): 0 or -errno.
+ */
+static int cg_make(char *dir, size_t len, const char *name)
+{
+	if (access(CG_ROOT "/cgroup.controllers", F_OK) &&
+	    mount("cgroup2", CG_ROOT, "cgroup2", 0, NULL))
+		return -errno;
+	if (sysfs_write(CG_ROOT "/cgroup.subtree_control", "+memory"))
+		return -EIO;
+	snprintf(dir, len, CG_ROOT "/%s-%d", name, getpid());
+	return mkdir(dir, 0755) ? -errno : 0;
+}
+
+/* The number @fmt matches in @dir's @file, or -1. */
+static long cg_number(const char *dir, const char *file, const char *fmt)
+{
+	char path[192];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	return file_number(path, fmt);
+}
+
+/* Moves the calling process into @dir: 0 or -errno. */
+static int cg_enter(const char *dir)
+{
+	char path[192];
+
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	return sysfs_write(path, "0");
+}
+
+/*
+ * Gives open file @dev @small one-byte registrations of @m's first page,
+ * and two of 44 MiB of it when @big (96 MiB less 4 KiB pinned with 2048
+ * small ones, within the guest's 96 MiB cap): 0, or -errno of the first
+ * refusal.
+ */
+static int fill_file(int dev, const __u8 *m, bool big, int small)
+{
+	int r = 0;
+
+	if (big)
+		r = reg(dev, m, 44 * MiB, NULL);
+	if (big && !r)
+		r = reg(dev, m + 4096, 44 * MiB - 4096, NULL);
+	for (int i = 0; !r && i < small; i++)
+		r = reg(dev, m + i, 1, NULL);
+	return r;
+}
+
+/*
+ * A new open file with 64 KiB of @g's memory of its own and MAX_REGS
+ * one-byte registrations of it: 0, or -errno of the first refusal.
+ */
+static int fill_own_file(const struct gpu *g)
+{
+	struct p2pdirect_alloc a = { .provider = g->index, .size = 64 * KiB };
+	int dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	__u8 *m;
+
+	if (dev < 0 || ioctl(dev, P2PDIRECT_IOC_ALLOC, &a))
+		return -errno;
+	m = map_alloc(dev, &a);
+	if (m == MAP_FAILED)
+		return -errno;
+	return fill_file(dev, m, false, MAX_REGS);
+}
+
+/* What the charge test's child reports. */
+struct cg_charge {
+	int err;
+	long charged;	/* memory.current's rise with the files open */
+	long left;	/* and what stays of it once all is given back */
+	long slack;	/* what memory.current may show of nothing */
+};
+
+static void cg_charge_child(const struct gpu *g, const char *dir, int out)
+{
+	struct cg_charge res = { 0 };
+	struct p2pdirect_alloc a;
+	int fds[CG_FILES], dev;
+	long base;
+	__u8 *m;
+
+	/* Never outlives the test (a timeout kills the test, not its child). */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	dev = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+	res.err = cg_enter(dir);
+	if (!res.err && dev < 0)
+		res.err = -errno;
+	if (!res.err)
+		res.err = alloc_on(dev, g, 44 * MiB, &a);
+	m = res.err ? MAP_FAILED : map_alloc(dev, &a);
+	if (!res.err && m == MAP_FAILED)
+		res.err = -errno;
+	base = cg_number(dir, "memory.current", "%ld");
+	for (int i = 0; !res.err && i < CG_FILES; i++) {
+		fds[i] = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+		res.err = fds[i] < 0 ? -errno : fill_file(fds[i], m, true, 2048);
+		if (!res.err)
+			res.charged = cg_number(dir, "memory.current", "%ld") - base;
+	}
+	/*
+	 * memory.current counts what each CPU's charge stock holds in advance
+	 * (64 pages), whoever uses it; and a page or two of page tables.
+	 */
+	res.slack = (sysconf(_SC_NPROCESSORS_ONLN) + 1) * 256 * (long)KiB;
+	if (!res.err) {
+		for (int i = 0; i < CG_FILES; i++)
+			close(fds[i]);
+		/* All of it: the allocation's list of registrations goes too. */
+		munmap(m, a.size);
+		free_handle(dev, a.handle);
+		close(dev);
+		/* DEREGISTER frees after an RCU grace period: give it 10 s. */
+		for (int t = 0; t < 100; t++) {
+			res.left = cg_number(dir, "memory.current", "%ld") - base;
+			if (res.left < res.slack)
+				break;
+			usleep(100000);
+		}
+	}
+	if (write(out, &res, sizeof(res)) != sizeof(res))
+		_exit(2);
+	_exit(0);
+}
+
+/*
+ * What a user's REGISTERs keep in the kernel (the records, the page arrays,
+ * the index) is charged to their memory cgroup, and given back when they
+ * end: 8 files of 2050 registrations each, 96 MiB pinned each.
+ */
+TEST_F_TIMEOUT(hd, registrations_charged_to_callers_memory_cgroup, 300)
+{
+	struct cg_charge res = { .err = -ECHILD };
+	char dir[128];
+	int pipefd[2], st;
+	pid_t pid;
+
+	ASSERT_EQ(0, cg_make(dir, sizeof(dir), "p2pd-charge"));
+	ASSERT_EQ(0, pipe(pipefd));
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0)
+		cg_charge_child(&self->gpu[0], dir, pipefd[1]);
+	close(pipefd[1]);
+	EXPECT_EQ((ssize_t)sizeof(res), read(pipefd[0], &res, sizeof(res)));
+	close(pipefd[0]);
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	EXPECT_EQ(0, rmdir(dir));
+	ASSERT_EQ(0, res.err) TH_LOG("%s", strerror(-res.err));
+	printf("# %d files of 2050 registrations: %ld KiB charged, %ld KiB left after close (%ld KiB of slack)\n",
+	       CG_FILES, res.charged / 1024, res.left / 1024, res.slack / 1024);
+	/* Per file at least 2 x 88 KiB of page arrays and 2050 records. */
+	EXPECT_GE(res.charged, 2 * (long)MiB);
+	EXPECT_LT(res.left, res.slack);
+}
+
+/*
+ * memory.max bounds it: a process whose cgroup may hold 8 MiB cannot keep
+ * 16 files of 4096 registrations (16 MiB of records and more in any kernel).
+ * It is refused (ENOMEM) or, as any task past its limit, killed by the
+ * cgroup's OOM killer (whose report the console scan accepts between the
+ * markers); its memory and its charge are given back either way.
+ */
+TEST_F_TIMEOUT(hd, memory_cgroup_limit_bounds_registrations, 300)
+{
+	__u64 before = used_on(self->dev, self->gpu[0].pci);
+	int pipefd[2], st, files = 0;
+	long peak, events;
+	char dir[128], path[192], max[32], c;
+	pid_t pid;
+
+	ASSERT_EQ(0, cg_make(dir, sizeof(dir), "p2pd-limit"));
+	snprintf(path, sizeof(path), "%s/memory.max", dir);
+	snprintf(max, sizeof(max), "%llu", CG_LIMIT);
+	ASSERT_EQ(0, sysfs_write(path, max));
+	ASSERT_EQ(0, pipe(pipefd));
+	log_kernel(OOM_BEGIN);
+	pid = fork();
+	if (pid < 0)
+		log_kernel(OOM_END);
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		int r;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (cg_enter(dir))
+			_exit(3);
+		/*
+		 * Each file registers memory of its own: what closing a file
+		 * costs stays per file (an allocation's registrations are told
+		 * of its end one by one).
+		 */
+		for (int i = 0; i < CG_LIMIT_FILES; i++) {
+			r = fill_own_file(&self->gpu[0]);
+			if (r < 0)
+				_exit(r == -ENOMEM ? 0 : 5);
+			/* One byte per file kept open. */
+			if (write(pipefd[1], "f", 1) != 1)
+				_exit(6);
+		}
+		_exit(1);
+	}
+	close(pipefd[1]);
+	while (read(pipefd[0], &c, 1) == 1)
+		files++;
+	close(pipefd[0]);
+	/* The child's end (its pipe closed), so the window closes whatever comes. */
+	EXPECT_EQ(pid, waitpid(pid, &st, 0));
+	log_kernel(OOM_END);
+	peak = cg_number(dir, "memory.peak", "%ld");
+	events = cg_number(dir, "memory.events", "max %ld");
+	EXPECT_EQ(0, rmdir(dir));
+	printf("# %d files of %d registrations kept under memory.max 8 MiB; peak %ld KiB, %ld times at the limit, %s\n",
+	       files, MAX_REGS, peak / 1024, events,
+	       WIFSIGNALED(st) ? "then killed" :
+	       WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "then ENOMEM" : "never refused");
+	EXPECT_TRUE((WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) ||
+		    (WIFEXITED(st) && WEXITSTATUS(st) == 0))
+		TH_LOG("child status %#x: %s", st,
+		       WIFEXITED(st) && WEXITSTATUS(st) == 1 ? "never refused" : "failed");
+	EXPECT_LT(files, CG_LIMIT_FILES);
+	/* At most a MiB over: charges the kernel forces through for a task it kills. */
+	EXPECT_LE(peak, (long)(CG_LIMIT + MiB));
+	EXPECT_GT(events, 0);
+	EXPECT_EQ(before, used_on(self->dev, self->gpu[0].pci));
+}
+
+/* --- 12. published memory goes with its driver -------------------------------- */
 
 static int write_str(const char *path, const char *s)
 {

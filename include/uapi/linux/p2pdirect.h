@@ -51,6 +51,24 @@
  * open file, and any mapping of device memory (which holds its file), holds
  * the module: rmmod fails ("in use") until the last one is gone.
  *
+ * Kernel memory (since ABI 1.18): what the module keeps in the kernel for a
+ * user (an open file's state, an allocation's and a registration's records
+ * and page arrays, a dma-buf export, an I/O in flight, a COMPAT bounce
+ * buffer) is charged to the memory cgroup of the task whose call made it,
+ * as the kernel charges its own per-user objects (pipes, io_uring rings):
+ * a cgroup's memory.max bounds it. Lists that an allocation or a kernel
+ * client shares among its users (of their subscriptions, a few bytes per
+ * record) are charged to none. A call that would pass that limit gets
+ * -ENOMEM, or the task is killed by the cgroup's OOM killer, as for any
+ * kernel memory it asks for. Device memory is not such memory: ALLOC takes
+ * it first come, first served, and max_pinned_mib bounds each file's pins.
+ *
+ * ABI 1.18 (no new command, same structs): kernel memory is charged to the
+ * caller's memory cgroup (above); before, to no one, so a user in a
+ * limited cgroup could keep any amount of it through many open files. An
+ * ALLOC whose task is killed while it zeroes the memory stops and takes
+ * nothing; before, it zeroed the whole range first.
+ *
  * ABI 1.10 (no new command, same structs): the statistics hold at most
  * P2PDIRECT_STATS_MAX_ENTRIES entries, and STATS with RESET leaves the
  * entries past @capacity counting (see struct p2pdirect_stats). It also
@@ -172,7 +190,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 17
+#define P2PDIRECT_ABI_MINOR 18
 
 /* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
@@ -285,6 +303,8 @@ struct p2pdirect_list_providers {
  *                   (PUBLISHED: from @bus_addr of the provider, its BAR start)
  *
  * The memory is zeroed: whatever an earlier owner left there never shows.
+ * The CPU zeroes it before ALLOC returns, 1 MiB at a time; a task killed
+ * meanwhile stops there and its ALLOC takes nothing (since ABI 1.18).
  * Handles are recycled once freed (like file descriptors): a handle names an
  * allocation only between its ALLOC and its FREE. A refused ALLOC takes
  * nothing. Memory freed while an I/O still pins it returns to the provider

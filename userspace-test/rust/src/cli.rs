@@ -984,7 +984,7 @@ pub fn human_bytes(size: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::ffi::OsStringExt;
 
@@ -1166,7 +1166,8 @@ mod tests {
         assert_eq!(o.end(), "{\"unreachable_legs\":[\"nvme\\\"1\"]}");
     }
 
-    fn provider(reaches: Option<u32>) -> Provider {
+    /// Provider 1 (0000:03:00.0), reaching 0000:0b:00.0 at `reaches`.
+    pub(crate) fn provider(reaches: Option<u32>) -> Provider {
         Provider {
             index: 1,
             kind: sys::P2PDIRECT_PROVIDER_BAR,
@@ -1184,7 +1185,8 @@ mod tests {
         }
     }
 
-    fn namespace(size: u64) -> Namespace {
+    /// nvme4n1 on 0000:0b:00.0, `size` bytes.
+    pub(crate) fn namespace(size: u64) -> Namespace {
         Namespace {
             name: "nvme4n1".into(),
             nsid: 4,

@@ -881,27 +881,8 @@ mod tests {
 
     #[test]
     fn eremoteio_says_what_it_means() {
-        let ns = Namespace {
-            name: "nvme4n1".into(),
-            nsid: 4,
-            serial: "s".into(),
-            pci: Some(PciAddr(0x0b00)),
-            paths: Vec::new(),
-            size: 256 << 20,
-            lbs: 512,
-        };
-        let gpu = p2pdirect::Provider {
-            index: 0,
-            kind: sys::P2PDIRECT_PROVIDER_BAR,
-            pci_addr: PciAddr(0x0300),
-            bar: 2,
-            bar_size: 64 << 20,
-            bus_addr: 0,
-            bytes_total: 64 << 20,
-            bytes_free: 64 << 20,
-            bytes_used: 0,
-            clients: Vec::new(),
-        };
+        let ns = cli::tests::namespace(256 << 20);
+        let gpu = cli::tests::provider(None);
         let e = io_error(
             "READ",
             &std::io::Error::from_raw_os_error(libc::EREMOTEIO),
@@ -910,7 +891,7 @@ mod tests {
         );
         assert!(e.starts_with("READ: Remote I/O error"), "{e}");
         assert!(
-            e.contains("nvme4n1 cannot reach provider 0 (0000:03:00.0)") && e.contains("p2pd info"),
+            e.contains("nvme4n1 cannot reach provider 1 (0000:03:00.0)") && e.contains("p2pd info"),
             "{e}"
         );
         let e = io_error(

@@ -50,6 +50,7 @@ use kernel::{
     new_condvar, new_mutex,
     page::PAGE_SIZE,
     prelude::*,
+    rbtree::{RBTree, RBTreeNode},
     sync::{
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
         Arc, CondVar, CondVarTimeoutResult, Mutex,
@@ -520,13 +521,24 @@ struct Live {
     mapping: FileMapping,
 }
 
+/// The key of consumer `id` among an allocation's subscribers: kernel
+/// consumers (ids from `1 << 62`) first, then registrations (from 1), then
+/// dma-bufs (from `1 << 63`), each kind in the order it came. Revocation
+/// tells them in that order (dma-bufs, which wait for fences, last).
+fn subscriber_key(id: u64) -> u64 {
+    id ^ (1 << 62)
+}
+
 struct StateInner {
     /// The memory, until revoked.
     live: Option<Live>,
     /// Revoked memory waiting for its last pin (reaped by the graveyard).
     dead: Option<Backing>,
-    /// Told when the memory is revoked.
-    subscribers: KVec<Arc<dyn Consumer>>,
+    /// Told when the memory is revoked, in the order of their keys
+    /// ([`subscriber_key`]); one leaves in logarithmic time, so closing
+    /// files with many registrations of one allocation costs what they
+    /// hold, not its square.
+    subscribers: RBTree<u64, Arc<dyn Consumer>>,
     /// A revocation took the memory and is still zapping the mappings and
     /// telling the subscribers (`AllocState::told` wakes its waiters).
     telling: bool,
@@ -579,23 +591,36 @@ impl AllocState {
     /// Tells `consumer` when the memory goes; `EFAULT` if it already went
     /// (the range was freed under the caller).
     pub(crate) fn subscribe(&self, consumer: Arc<dyn Consumer>) -> Result {
+        // The subscription's node lives as long as it does: charged to its
+        // maker, as its record is.
+        let key = subscriber_key(consumer.consumer_id());
+        let node = RBTreeNode::new(key, consumer, GFP_KERNEL_ACCOUNT)?;
         let mut inner = self.inner.lock();
         if inner.live.is_none() {
             return Err(EFAULT);
         }
-        // The allocation's list, grown by whoever subscribes (other
-        // processes, kernel consumers): charged to none; each subscriber's
-        // own record is charged to its maker.
-        inner.subscribers.push(consumer, GFP_KERNEL)?;
+        // Ids are unique (each kind of consumer counts in a range of its
+        // own), so nothing is replaced.
+        let replaced = inner.subscribers.insert(node);
+        drop(inner);
+        if replaced.is_some() {
+            pr_warn!(
+                "subscriber {:#x} subscribed twice: the first is not told\n",
+                key
+            );
+        }
+        drop(replaced);
         Ok(())
     }
 
     /// Ends the subscription of consumer `id`.
     pub(crate) fn unsubscribe(&self, id: u64) {
-        self.inner
+        let node = self
+            .inner
             .lock()
             .subscribers
-            .retain(|s| s.consumer_id() != id);
+            .remove_node(&subscriber_key(id));
+        drop(node);
     }
 
     /// Whether every page of `pin` lies in this allocation's memory (a
@@ -712,7 +737,7 @@ impl AllocState {
         // invalidation waits for their fences: an importer's fence never
         // keeps a registration live or a consumer untold.
         for waits in [false, true] {
-            for s in subscribers.iter().filter(|s| s.waits() == waits) {
+            for s in subscribers.values().filter(|s| s.waits() == waits) {
                 s.invalidate();
             }
         }
@@ -911,7 +936,7 @@ impl Allocation {
                         inner <- new_mutex!(StateInner {
                             live: None,
                             dead: None,
-                            subscribers: KVec::new(),
+                            subscribers: RBTree::new(),
                             telling: false,
                         }),
                         told <- new_condvar!(),

@@ -305,9 +305,10 @@ static void *unbind_gpu_main(void *arg)
  * everyone: the removal first tells a consumer whose callback takes 2 s,
  * then a registration of the same memory, which is DEAD when FREE returns
  * (since ABI 1.14; before, FREE returned at once, the registration still
- * LIVE and pinning the memory). It relies on subscribers being told in the
- * order they came (the consumer first), and on FREE starting within the
- * callback's 2 s; a FREE later than that would pass on the old module too.
+ * LIVE and pinning the memory). It relies on kernel consumers being told
+ * before registrations (in the order they came before ABI 1.18, and the
+ * consumer came first here), and on FREE starting within the callback's
+ * 2 s; a FREE later than that would pass on the old module too.
  */
 TEST_F(ka, free_during_gpu_unbind_returns_once_everyone_is_told)
 {
@@ -346,7 +347,8 @@ TEST_F(ka, free_during_gpu_unbind_returns_once_everyone_is_told)
 /*
  * DEREGISTER gives the pinned bytes back at once, also while a FREE of the
  * memory is still telling other subscribers (a consumer whose callback
- * takes 2 s, told first); before ABI 1.14 the registration kept its pins
+ * takes 2 s, told first: kernel consumers come before registrations, and
+ * it came first); before ABI 1.14 the registration kept its pins
  * until the FREE reached it.
  */
 TEST_F(ka, deregister_during_a_slow_free_unpins_at_once)

@@ -56,9 +56,9 @@
  * and page arrays, a dma-buf export, an I/O in flight, a COMPAT bounce
  * buffer) is charged to the memory cgroup of the task whose call made it,
  * as the kernel charges its own per-user objects (pipes, io_uring rings):
- * a cgroup's memory.max bounds it. Lists that an allocation or a kernel
- * client shares among its users (of their subscriptions, a few bytes per
- * record) are charged to none. A call that would pass that limit gets
+ * a cgroup's memory.max bounds it. A kernel client's list of its users'
+ * pins and a dma-buf's list of its importers' mappings, shared and a few
+ * bytes per entry, are charged to none. A call that would pass that limit gets
  * -ENOMEM, or the task is killed by the cgroup's OOM killer, as for any
  * kernel memory it asks for. Device memory is not such memory: ALLOC takes
  * it first come, first served, and max_pinned_mib bounds each file's pins.
@@ -67,7 +67,10 @@
  * caller's memory cgroup (above); before, to no one, so a user in a
  * limited cgroup could keep any amount of it through many open files. An
  * ALLOC whose task is killed while it zeroes the memory stops and takes
- * nothing; before, it zeroed the whole range first.
+ * nothing; before, it zeroed the whole range first. Revocation tells an
+ * allocation's kernel consumers first, then its registrations, each in the
+ * order they came (then the dma-bufs, as since 1.16); before, consumers
+ * and registrations in the order they came.
  *
  * ABI 1.10 (no new command, same structs): the statistics hold at most
  * P2PDIRECT_STATS_MAX_ENTRIES entries, and STATS with RESET leaves the
@@ -958,9 +961,10 @@ struct p2pdirect_uring_io {
  *
  * Revocation: FREE of the allocation, close of the /dev/p2pdirect file that
  * owns it (or process exit) and the removal of the memory's device revoke
- * every dma-buf of it, after the allocation's registrations and kernel
- * consumers were told (since ABI 1.16; before, all of them in the order they
- * came, so a fence could hold a registration live): each importer is told
+ * every dma-buf of it, after the allocation's kernel consumers and then its
+ * registrations were told (since ABI 1.16; before, all of them in the order
+ * they came, so a fence could hold a registration live; kernel consumers
+ * before registrations since 1.18): each importer is told
  * through its
  * invalidate_mappings callback, every fence on the dma-buf's reservation
  * object is waited for, uninterruptibly (importers' DMA fences, which the

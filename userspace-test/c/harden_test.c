@@ -1221,8 +1221,7 @@ TEST_F(hd, killed_while_registering_gives_everything_back)
  * allocation's list on its own when its file closes, and FREE tells every
  * one still there. Closing two of the files is timed for the log (each
  * registration leaves in logarithmic time since ABI 1.18; before, by a
- * linear search: a killed process with 16 files of 4096 kept the module
- * busy for more than a minute in the debug kernel).
+ * linear search of all the allocation's subscribers).
  */
 TEST_F_TIMEOUT(hd, many_files_registrations_of_one_allocation, 300)
 {

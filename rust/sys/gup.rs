@@ -11,16 +11,17 @@
 //!   with `FOLL_PCI_P2PDMA`, so that a device's pgmap can always be
 //!   unplugged): long-lived holders drop their pins when told to.
 //! - [`Pages::alloc_zeroed`]: whole pages of host memory.
-//!
-//! Both charge what they allocate (the record, the page array, the host
-//! pages) to the calling task's memory cgroup: a user decides how long
-//! they live.
 //! - [`Pages::clone`]: another reference; the last one unpins (or frees) the
 //!   pages in any context, as the block layer's direct I/O unpins in bio
 //!   completion.
 //! - [`Pages::reachable_by`]: whether a PCI function can DMA to every page,
 //!   found by a test mapping of each P2PDMA provider the range touches,
 //!   remembered per function.
+//!
+//! The first two charge what they allocate (the record, the page array,
+//! the host pages) to the calling task's memory cgroup: a user decides how
+//! long they live. The pages record whether a device may write into them
+//! (see `BioPages::writable`).
 
 use core::{
     ptr::NonNull,
@@ -132,6 +133,29 @@ unsafe impl Send for Pages {}
 // SAFETY: as above: shared access only reads or uses atomics.
 unsafe impl Sync for Pages {}
 
+impl Inner {
+    /// A record with one reference, nothing looked up yet.
+    fn new(
+        pages: KVVec<*mut bindings::page>,
+        offset: u32,
+        len: u64,
+        source: Source,
+        writable: bool,
+    ) -> Self {
+        Self {
+            refs: Refcount::new(1),
+            pages,
+            offset,
+            len,
+            source,
+            writable,
+            provider: AtomicU32::new(0),
+            reach_ok: ReachCache::new(),
+            run: AtomicU8::new(Run::Unknown as u8),
+        }
+    }
+}
+
 impl Pages {
     fn from_inner(inner: Inner) -> Result<Self> {
         let inner = KBox::new(inner, GFP_KERNEL_ACCOUNT)?;
@@ -181,17 +205,13 @@ impl Pages {
             });
         }
         // INVARIANT: every page pinned; the range lies in them.
-        Self::from_inner(Inner {
-            refs: Refcount::new(1),
+        Self::from_inner(Inner::new(
             pages,
-            offset: (addr - first) as u32,
+            (addr - first) as u32,
             len,
-            source: Source::User,
-            writable: write,
-            provider: AtomicU32::new(0),
-            reach_ok: ReachCache::new(),
-            run: AtomicU8::new(Run::Unknown as u8),
-        })
+            Source::User,
+            write,
+        ))
     }
 
     /// `len` bytes of zeroed host memory, page by page.
@@ -201,17 +221,7 @@ impl Pages {
         }
         let npages = usize::try_from(len.div_ceil(PAGE)).map_err(|_| ENOMEM)?;
         let mut pages = KVVec::<*mut bindings::page>::with_capacity(npages, GFP_KERNEL_ACCOUNT)?;
-        let mut this = Inner {
-            refs: Refcount::new(1),
-            pages: KVVec::new(),
-            offset: 0,
-            len,
-            source: Source::Allocated,
-            writable: true,
-            provider: AtomicU32::new(0),
-            reach_ok: ReachCache::new(),
-            run: AtomicU8::new(Run::Unknown as u8),
-        };
+        let mut this = Inner::new(KVVec::new(), 0, len, Source::Allocated, true);
         for _ in 0..npages {
             // SAFETY: plain page allocation.
             let page = unsafe {
@@ -605,18 +615,7 @@ mod tests {
         assert!(Op::Write.check(&p).is_ok());
         // Pages not pinned for writing (no page needed to show it): out of
         // them only.
-        let ro = Pages::from_inner(Inner {
-            refs: Refcount::new(1),
-            pages: KVVec::new(),
-            offset: 0,
-            len: 0,
-            source: Source::User,
-            writable: false,
-            provider: AtomicU32::new(0),
-            reach_ok: ReachCache::new(),
-            run: AtomicU8::new(Run::Unknown as u8),
-        })
-        .unwrap();
+        let ro = Pages::from_inner(Inner::new(KVVec::new(), 0, 0, Source::User, false)).unwrap();
         assert_eq!(Op::Read.check(&ro).err(), Some(EFAULT));
         assert!(Op::Write.check(&ro).is_ok());
         assert!(Op::WriteFua.check(&ro).is_ok());

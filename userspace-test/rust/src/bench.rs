@@ -971,33 +971,31 @@ fn ratios(rs: &[Res], threads: usize, qds: &[u32]) -> Vec<Ratio> {
 fn region(args: &Args, ns: &Namespace) -> Result<(u64, u64), String> {
     const STEP: u64 = 4 << 20;
     const MIN: u64 = 8 << 20;
-    let mib = |b: u64| {
-        if b.is_multiple_of(1 << 20) {
-            format!("{} MiB", b >> 20)
-        } else {
-            format!("{:.2} MiB", b as f64 / 1048576.0)
-        }
-    };
+    let mib = crate::cli::human_bytes;
     let base = args.offset.unwrap_or((ns.size / 2) / STEP * STEP);
     let span = args
         .size
         .unwrap_or((ns.size / 4).min(64 << 20) / STEP * STEP);
-    let offset = match args.offset {
-        Some(o) => format!("--offset {o} ({})", crate::cli::human_bytes(o)),
-        None => format!(
-            "--offset {base} ({}: the default, the middle of {} rounded down to 4 MiB)",
-            mib(base),
+    // An option as given, or its default and where that comes from.
+    let said = |opt: &str, given: Option<u64>, value: u64, default: &str| match given {
+        Some(v) => format!("{opt} {v} ({})", mib(v)),
+        None => format!("{opt} {value} ({}: the default, {default})", mib(value)),
+    };
+    let offset = said(
+        "--offset",
+        args.offset,
+        base,
+        &format!("the middle of {} rounded down to 4 MiB", ns.name),
+    );
+    let size = said(
+        "--size",
+        args.size,
+        span,
+        &format!(
+            "a quarter of {} rounded down to 4 MiB, at most 64 MiB",
             ns.name
         ),
-    };
-    let size = match args.size {
-        Some(s) => format!("--size {s} ({})", crate::cli::human_bytes(s)),
-        None => format!(
-            "--size {span} ({}: the default, a quarter of {} rounded down to 4 MiB, at most 64 MiB)",
-            mib(span),
-            ns.name
-        ),
-    };
+    );
     let capacity = format!("its {} bytes ({})", ns.size, mib(ns.size));
     let unaligned: Vec<&str> = [(base, offset.as_str()), (span, size.as_str())]
         .into_iter()

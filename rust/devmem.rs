@@ -905,11 +905,12 @@ impl Allocation {
                 // A page of the pool still referenced for an instant by its
                 // previous user's teardown (`p2pmem_alloc_mmap` failing) is
                 // memory not to be had now: `ENOMEM`, as the pool's own.
-                let held = own.try_hold(skip, size as usize).map_err(|_| ENOMEM)?;
                 let bus = first + skip as u64;
                 // The pool is expected in the published BAR; memory of it
-                // anywhere else is not to be had here (`held` goes back).
+                // anywhere else is not to be had here (checked before any
+                // page is held: `own` goes back to the pool whole).
                 let offset = bus.checked_sub(provider.bus_addr).ok_or(ENOMEM)?;
+                let held = own.try_hold(skip, size as usize).map_err(|_| ENOMEM)?;
                 provider.inner.lock().published_used += size;
                 (Backing::Published { own, held }, bus, offset)
             }

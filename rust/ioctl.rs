@@ -314,6 +314,8 @@ fn dma_probe(arg: usize) -> Result<isize> {
             );
         }
     })?;
+    // Every client's memory, another module's too: no user call pins more.
+    range.check_pin_cap()?;
     claim.get_pages(req.flags & uapi::P2PDIRECT_PROBE_WRITE != 0)?;
     // The legs of a stacked device: checked on the pages (a client of
     // another module gives none, and serves single devices only).

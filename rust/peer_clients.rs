@@ -20,7 +20,7 @@
 
 use crate::{
     devmem::AllocState,
-    error::{edquot, refuse},
+    error::refuse,
     ffi::{self, DmaDevice, UserPin},
     peer_mem::{Client, Consumer, Context, DmaSeg, UserRange},
     stats::Bdf,
@@ -42,18 +42,7 @@ struct PinContext {
 impl Context for PinContext {
     fn get_pages(&mut self, write: bool) -> Result {
         // No pin (nor its page array) larger than a file may keep pinned.
-        let span = self.range.pinned_bytes();
-        let cap = crate::max_pinned_bytes();
-        if span > cap {
-            refuse!(
-                edquot(),
-                "{:#x}+{:#x} would pin {} bytes, more than max_pinned_mib allows ({})\n",
-                self.range.addr,
-                self.range.size,
-                span,
-                cap
-            );
-        }
+        self.range.check_pin_cap()?;
         let pin = UserPin::new(self.range.addr, self.range.size, write)?;
         // A range that runs from device memory into RAM is not device memory.
         if !pin.is_p2pdma() {

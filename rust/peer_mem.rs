@@ -23,6 +23,7 @@
 //! The registry's lock is held only to take a snapshot of the clients: they
 //! are asked without it, as they look up VMAs and pin pages.
 
+use crate::error::{edquot, refuse};
 use kernel::{
     prelude::*,
     sync::{
@@ -58,6 +59,25 @@ impl UserRange {
         // `new` checked `end` does not wrap; a range ending in the last
         // page of the address space rounds to the maximum.
         self.end().div_ceil(page).saturating_mul(page) - first
+    }
+
+    /// `EDQUOT` if pinning the range would pin more than `max_pinned_mib`
+    /// allows: no single pin of a user's call (nor its page array) is
+    /// larger than a file may keep pinned, whichever client's memory it is.
+    pub(crate) fn check_pin_cap(&self) -> Result {
+        let span = self.pinned_bytes();
+        let cap = crate::max_pinned_bytes();
+        if span > cap {
+            refuse!(
+                edquot(),
+                "{:#x}+{:#x} would pin {} bytes, more than max_pinned_mib allows ({})\n",
+                self.addr,
+                self.size,
+                span,
+                cap
+            );
+        }
+        Ok(())
     }
 }
 

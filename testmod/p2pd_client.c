@@ -5,8 +5,10 @@
  * P2PD_CLIENT_PAGES pages of host memory that user space maps through
  * debugfs p2pd_client/mem (pages, as vm_insert_page maps them) or
  * p2pd_client/pfnmem (pure PFNs, VM_IO | VM_PFNMAP, as GPU drivers map their
- * memory: get_user_pages cannot pin them), and claims exactly the ranges
- * inside such a mapping. Writing "invalidate" to p2pd_client/ctl invalidates every claim
+ * memory: get_user_pages cannot pin them), or p2pd_client/bigmem (up to
+ * P2PD_CLIENT_BIG_PAGES pages that repeat the same pages: a range larger than
+ * p2pdirect's limits, at the cost of page tables only), and claims exactly
+ * the ranges inside such a mapping. Writing "invalidate" to p2pd_client/ctl invalidates every claim
  * it handed out (its memory "freed"); "unregister" unregisters the client
  * at once (the module's exit then does not), "register" registers it again;
  * "invalidate-stale" calls the invalidation function with the handle of the
@@ -24,6 +26,7 @@
 #include <linux/slab.h>
 
 #define P2PD_CLIENT_PAGES 16
+#define P2PD_CLIENT_BIG_PAGES ((128 << 20) >> PAGE_SHIFT)
 
 struct client_ctx {
 	struct list_head node;	/* in claims, between get_pages and put_pages */
@@ -46,22 +49,33 @@ static void *stale_handle;
 static int stale_ret = 1;
 
 static const struct vm_operations_struct mem_vm_ops = {};
+static const struct vm_operations_struct big_vm_ops = {};
 
-/* Maps the pages as pages, or with @pfn as PFNs (VM_IO | VM_PFNMAP). */
-static int map_pages(struct vm_area_struct *vma, bool pfn)
+/* The page at index @i of a mapping: the pages, repeated in bigmem's. */
+static struct page *page_at(unsigned long i)
+{
+	return pages[i % P2PD_CLIENT_PAGES];
+}
+
+/*
+ * Maps the pages as pages, or with @pfn as PFNs (VM_IO | VM_PFNMAP), at
+ * most @max of them, with @ops as the mapping's (its kind).
+ */
+static int map_pages(struct vm_area_struct *vma, bool pfn, unsigned long max,
+		     const struct vm_operations_struct *ops)
 {
 	unsigned long n = vma_pages(vma), i, at;
 	int ret;
 
-	if (vma->vm_pgoff || n > P2PD_CLIENT_PAGES || !(vma->vm_flags & VM_SHARED))
+	if (vma->vm_pgoff || n > max || !(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
-	vma->vm_ops = &mem_vm_ops;
+	vma->vm_ops = ops;
 	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTCOPY);
 	for (i = 0; i < n; i++) {
 		at = vma->vm_start + i * PAGE_SIZE;
-		ret = pfn ? remap_pfn_range(vma, at, page_to_pfn(pages[i]), PAGE_SIZE,
+		ret = pfn ? remap_pfn_range(vma, at, page_to_pfn(page_at(i)), PAGE_SIZE,
 					    vma->vm_page_prot) :
-			    vm_insert_page(vma, at, pages[i]);
+			    vm_insert_page(vma, at, page_at(i));
 		if (ret)
 			return ret;
 	}
@@ -70,7 +84,7 @@ static int map_pages(struct vm_area_struct *vma, bool pfn)
 
 static int mem_mmap(struct file *f, struct vm_area_struct *vma)
 {
-	return map_pages(vma, false);
+	return map_pages(vma, false, P2PD_CLIENT_PAGES, &mem_vm_ops);
 }
 
 static const struct file_operations mem_fops = {
@@ -78,9 +92,19 @@ static const struct file_operations mem_fops = {
 	.mmap = mem_mmap,
 };
 
+static int bigmem_mmap(struct file *f, struct vm_area_struct *vma)
+{
+	return map_pages(vma, false, P2PD_CLIENT_BIG_PAGES, &big_vm_ops);
+}
+
+static const struct file_operations bigmem_fops = {
+	.owner = THIS_MODULE,
+	.mmap = bigmem_mmap,
+};
+
 static int pfnmem_mmap(struct file *f, struct vm_area_struct *vma)
 {
-	return map_pages(vma, true);
+	return map_pages(vma, true, P2PD_CLIENT_PAGES, &mem_vm_ops);
 }
 
 static const struct file_operations pfnmem_fops = {
@@ -93,14 +117,17 @@ static int client_acquire(unsigned long addr, size_t size, void *peer_mem_privat
 {
 	struct vm_area_struct *vma;
 	struct client_ctx *ctx;
+	unsigned long max;
 	int claimed = 0;
 
 	mmap_read_lock(current->mm);
 	vma = vma_lookup(current->mm, addr);
+	max = !vma ? 0 :
+	      vma->vm_ops == &mem_vm_ops ? P2PD_CLIENT_PAGES :
+	      vma->vm_ops == &big_vm_ops ? P2PD_CLIENT_BIG_PAGES : 0;
 	/* Whole pages of one of its mappings (whose offset is its page index). */
-	if (vma && vma->vm_ops == &mem_vm_ops && size <= vma->vm_end - addr &&
-	    !((addr | size) & ~PAGE_MASK) && size &&
-	    vma->vm_pgoff + ((vma->vm_end - vma->vm_start) >> PAGE_SHIFT) <= P2PD_CLIENT_PAGES) {
+	if (max && size <= vma->vm_end - addr && !((addr | size) & ~PAGE_MASK) && size &&
+	    vma->vm_pgoff + ((vma->vm_end - vma->vm_start) >> PAGE_SHIFT) <= max) {
 		ctx = kzalloc_obj(*ctx);
 		if (ctx) {
 			ctx->addr = addr;
@@ -129,7 +156,7 @@ static int client_get_pages(unsigned long addr, size_t size, int write, int forc
 	if (ret)
 		return ret;
 	for_each_sg(sg_head->sgl, sg, n, i)
-		sg_set_page(sg, pages[ctx->first + i], PAGE_SIZE, 0);
+		sg_set_page(sg, page_at(ctx->first + i), PAGE_SIZE, 0);
 	ctx->core_context = core_context;
 	mutex_lock(&claims_lock);
 	list_add_tail(&ctx->node, &claims);
@@ -297,6 +324,7 @@ static int __init client_init(void)
 	/* Unproxied: the mmap goes to mem_fops (an open file holds the module). */
 	debugfs_create_file_unsafe("mem", 0600, dir, NULL, &mem_fops);
 	debugfs_create_file_unsafe("pfnmem", 0600, dir, NULL, &pfnmem_fops);
+	debugfs_create_file_unsafe("bigmem", 0600, dir, NULL, &bigmem_fops);
 	debugfs_create_file("ctl", 0600, dir, NULL, &ctl_fops);
 	return 0;
 }

@@ -43,8 +43,11 @@
 #define CLIENT_MEM "/sys/kernel/debug/p2pd_client/mem"
 #define CLIENT_CTL "/sys/kernel/debug/p2pd_client/ctl"
 #define CLIENT_PFNMEM "/sys/kernel/debug/p2pd_client/pfnmem"
+#define CLIENT_BIGMEM "/sys/kernel/debug/p2pd_client/bigmem"
 #define MiB (1ull << 20)
 #define PAGE 4096ull
+/* The guest loads the module with max_pinned_mib=96. */
+#define PIN_CAP (96 * MiB)
 
 FIXTURE(ka) {
 	int fd, peer, ns_fd;
@@ -517,6 +520,57 @@ TEST_F(ka, outside_client)
 	EXPECT_EQ(0, tm_cmd(self->peer, "release"));
 	close(ctl);
 	munmap(p, 4 * PAGE);
+	close(mem);
+}
+
+/* The claims p2pd_client made so far (-1 if ctl cannot be read). */
+static int client_claims(void)
+{
+	char buf[64] = { 0 };
+	unsigned int claims, inval;
+	int ctl = open(CLIENT_CTL, O_RDONLY | O_CLOEXEC), n = 0;
+
+	if (ctl >= 0 && read(ctl, buf, sizeof(buf) - 1) > 0)
+		n = sscanf(buf, "claims %u invalidated %u", &claims, &inval);
+	if (ctl >= 0)
+		close(ctl);
+	return n == 2 ? (int)claims : -1;
+}
+
+/*
+ * max_pinned_mib bounds every pin a user's call makes, of another module's
+ * memory too: a DMA_PROBE one page over it is refused (EDQUOT) before the
+ * client is asked for the pages; one of exactly the cap is mapped. Before,
+ * another module's memory was pinned and mapped whatever its size.
+ */
+TEST_F(ka, outside_client_probe_bounded_by_pin_cap)
+{
+	struct p2pdirect_dma_probe pr = { 0 };
+	int mem = open(CLIENT_BIGMEM, O_RDWR | O_CLOEXEC), claims;
+	void *p;
+
+	ASSERT_GE(mem, 0) TH_LOG("open %s: %s (p2pd_client.ko loaded?)", CLIENT_BIGMEM,
+				 strerror(errno));
+	p = mmap(NULL, PIN_CAP + PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	claims = client_claims();
+	ASSERT_GE(claims, 0);
+	pr.addr = (uintptr_t)p;
+	pr.size = PIN_CAP + PAGE;
+	pr.fd = self->ns_fd;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &pr));
+	EXPECT_EQ(EDQUOT, errno);
+	EXPECT_EQ(claims, client_claims());
+	/* The cap itself is allowed: the client pins and maps it. */
+	memset(&pr, 0, sizeof(pr));
+	pr.addr = (uintptr_t)p + PAGE;
+	pr.size = PIN_CAP;
+	pr.fd = self->ns_fd;
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &pr)) TH_LOG("%s", strerror(errno));
+	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_EXTERNAL, pr.client);
+	EXPECT_GE(pr.count, 1u);
+	EXPECT_EQ(claims + 1, client_claims());
+	munmap(p, PIN_CAP + PAGE);
 	close(mem);
 }
 

@@ -13,7 +13,7 @@
  *    zero on output;
  *  - new behaviour gets a new command number or flag; the ABI major changes
  *    only when an existing command changes meaning, the minor when commands,
- *    flags or documented behaviours are added (1.6, 1.7 and 1.10 to 1.17
+ *    flags or documented behaviours are added (1.6, 1.7 and 1.10 to 1.18
  *    added behaviours and no command).
  *
  * Errors common to every command:
@@ -56,12 +56,20 @@
  * and page arrays, a dma-buf export, an I/O in flight, a COMPAT bounce
  * buffer) is charged to the memory cgroup of the task whose call made it,
  * as the kernel charges its own per-user objects (pipes, io_uring rings):
- * a cgroup's memory.max bounds it. A kernel client's list of its users'
- * pins and a dma-buf's list of its importers' mappings, shared and a few
- * bytes per entry, are charged to none. A call that would pass that limit gets
- * -ENOMEM, or the task is killed by the cgroup's OOM killer, as for any
- * kernel memory it asks for. Device memory is not such memory: ALLOC takes
- * it first come, first served, and max_pinned_mib bounds each file's pins.
+ * a cgroup's memory.max bounds it. Lists shared by many users, a few
+ * bytes per entry, are charged to none: a kernel client's list of its
+ * users' pins, a dma-buf's list of its importers' mappings, a provider's
+ * list of its allocations and its free-range map, and the list of
+ * registrations of another driver's P2PDMA memory watched for its removal.
+ * A call that would pass that limit gets -ENOMEM, or the task is killed by
+ * the cgroup's OOM killer, as for any kernel memory it asks for. Device
+ * memory is not such memory: ALLOC takes it first come, first served.
+ * max_pinned_mib bounds what each file keeps registered and every single
+ * pin of a call (REGISTER, DMA_PROBE, a pointer READ or WRITE), whichever
+ * client's memory it is; the pins of I/Os in flight are not summed (their
+ * number per file is bounded by P2PDIRECT_URING_MAX_INFLIGHT for io_uring,
+ * by the caller's threads for the ioctls), and pins of device memory take
+ * no RAM besides their charged page arrays.
  *
  * ABI 1.18 (no new command, same structs): kernel memory is charged to the
  * caller's memory cgroup (above); before, to no one, so a user in a
@@ -437,7 +445,7 @@ struct p2pdirect_dma_seg {
  * stacked device more than P2PDIRECT_STACK_MAX_DEPTH levels deep or over
  * P2PDIRECT_STACK_MAX_LEGS legs (since 1.7); -EOPNOTSUPP memory of another
  * module's client (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only) for a
- * stacked device, whose legs are checked on the pages;
+ * stacked device of more than one leg, whose legs are checked on the pages;
  * -EOVERFLOW another module's client reports a page size of 4 GiB or more,
  * which @page_size cannot hold;
  * -EINVAL size 0, a wrapping range, unknown flags, pad.

@@ -332,7 +332,11 @@ impl Provider {
                 }
                 CondVarTimeoutResult::Signal { .. } => {
                     // Removal is not interruptible; without a lock, sleep
-                    // out a short while instead of spinning on the signal.
+                    // out a short while instead of spinning on the signal
+                    // (or on this thread's pending task work, which runs
+                    // only once it returns to userspace: a pin only that
+                    // task work lets go of, a file READ's io_uring retry,
+                    // keeps this waiting; the README says so).
                     drop(guard);
                     kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
                     waited_ms = waited_ms.saturating_add(10);
@@ -690,7 +694,8 @@ impl AllocState {
     /// it returns the mappings are zapped and the subscribers told, also
     /// where another revocation (FREE racing the device's removal) took
     /// the memory first: this one then waits for that one to finish, unless
-    /// a signal interrupts it.
+    /// a signal interrupts it (or task work queued for this thread, such as
+    /// an io_uring completion, which `signal_pending()` reports too).
     pub(crate) fn revoke(self: &Arc<Self>) {
         self.revoked.store(true, Release);
         let (mapping, subscribers, telling_hold) = {

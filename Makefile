@@ -29,7 +29,7 @@ check:
 check-matrix:
 	@env -u P2PDIRECT_ONLY ci/check-matrix.sh
 
-# The gdsio-style benchmark in the VM: results/bench-<date>/{bench.json,png}.
+# The gdsio-style benchmark in the VM: results/bench-<date>/bench.{json,txt,svg,png}.
 bench:
 	@ci/bench.sh
 
@@ -49,8 +49,9 @@ deps:
 kernel:
 	@ci/build-kernel.sh >/dev/null
 
-# Static checks of the sources: rustfmt and clippy on the userspace crate,
-# rustfmt on the module, checkpatch-style C through the kernel's script.
+# Static checks of the sources: rustfmt and clippy on the module and on the
+# userspace crate, the module's layering (ci/layering.py), checkpatch on the C
+# files through the kernel's script.
 lint:
 	@ci/lint.sh
 

@@ -1015,7 +1015,10 @@ struct p2pdirect_export_dmabuf {
 /* At most this many io_uring commands in flight per open /dev/p2pdirect file. */
 #define P2PDIRECT_URING_MAX_INFLIGHT 256
 
-/* cmd_op of IORING_OP_URING_CMD (not ioctls: -ENOTTY through ioctl(2)) */
+/*
+ * cmd_op of IORING_OP_URING_CMD (not ioctls: -ENOTTY through ioctl(2)); an
+ * unknown cmd_op completes with -ENOTTY.
+ */
 #define P2PDIRECT_URING_CMD_READ \
 	_IOW(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 16, struct p2pdirect_uring_io)
 #define P2PDIRECT_URING_CMD_WRITE \

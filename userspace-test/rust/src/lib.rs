@@ -223,29 +223,58 @@ impl Mapping<'_> {
         }
     }
 
-    /// Copies `data` into device memory at `offset`.
+    /// Copies `data` into device memory at `offset`. Device memory is
+    /// shared: another mapping, process or a DMA may change it meanwhile,
+    /// and then what it holds is a mix of both (no atomicity beyond aligned
+    /// 8-byte words).
     pub fn write(&self, offset: usize, data: &[u8]) -> io::Result<()> {
         self.check(offset, data.len())?;
         // SAFETY: the range lies inside the live mapping (checked above), which
         // does not overlap `data` (device memory is never a Rust allocation).
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
-        };
+        unsafe { copy_volatile(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
         Ok(())
     }
 
-    /// Copies device memory at `offset` into `out`.
+    /// Copies device memory at `offset` into `out` (what another writer
+    /// changes meanwhile may show in part, as for [`Mapping::write`]).
     pub fn read(&self, offset: usize, out: &mut [u8]) -> io::Result<()> {
         self.check(offset, out.len())?;
         // SAFETY: as in `write`, reading instead.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
+        unsafe { copy_volatile(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
         Ok(())
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` with volatile accesses, 8 bytes
+/// at a time where both are aligned alike: one side is device memory, which
+/// other threads, processes and DMA change beside this one, outside what
+/// the compiler can see (so no plain copy may be assumed to be alone).
+///
+/// # Safety
+///
+/// `src` is valid for reads and `dst` for writes of `len` bytes; the two do
+/// not overlap.
+unsafe fn copy_volatile(src: *const u8, dst: *mut u8, len: usize) {
+    let mut i = 0;
+    // SAFETY: `i` and `i + 8` stay within `len`, so every access below lies
+    // in the ranges the caller vouches for; the 8-byte ones are at
+    // addresses both aligned to 8.
+    unsafe {
+        if (src as usize) % 8 == (dst as usize) % 8 {
+            while i < len && (src as usize).wrapping_add(i) % 8 != 0 {
+                dst.add(i).write_volatile(src.add(i).read_volatile());
+                i += 1;
+            }
+            while len - i >= 8 {
+                let w = src.add(i).cast::<u64>().read_volatile();
+                dst.add(i).cast::<u64>().write_volatile(w);
+                i += 8;
+            }
+        }
+        while i < len {
+            dst.add(i).write_volatile(src.add(i).read_volatile());
+            i += 1;
+        }
     }
 }
 
@@ -655,7 +684,7 @@ pub fn fill_word(w: u64, seed: u64) -> u64 {
 /// Fills `out` with the fill pattern of bytes `pos..pos + out.len()`.
 pub fn fill(out: &mut [u8], pos: u64, seed: u64) {
     for (i, b) in out.iter_mut().enumerate() {
-        let o = pos + i as u64;
+        let o = pos.wrapping_add(i as u64);
         *b = (fill_word(o >> 3, seed) >> (8 * (o & 7))) as u8;
     }
 }
@@ -672,6 +701,25 @@ pub const IOC_READ: u32 = 2;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn volatile_copy_copies_every_alignment_and_length() {
+        let src: Vec<u8> = (0..64u8)
+            .map(|b| b.wrapping_mul(37).wrapping_add(1))
+            .collect();
+        for so in 0..9 {
+            for d_o in 0..9 {
+                for len in 0..40 {
+                    let mut dst = vec![0u8; 64];
+                    // SAFETY: both ranges lie in their vectors (at most
+                    // 8 + 39 < 64 bytes), which are distinct.
+                    unsafe { copy_volatile(src.as_ptr().add(so), dst.as_mut_ptr().add(d_o), len) };
+                    assert_eq!(&dst[d_o..d_o + len], &src[so..so + len], "{so} {d_o} {len}");
+                    assert!(dst[..d_o].iter().chain(&dst[d_o + len..]).all(|&b| b == 0));
+                }
+            }
+        }
+    }
 
     #[test]
     fn ioc_matches_header_numbers() {

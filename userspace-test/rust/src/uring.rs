@@ -13,7 +13,7 @@
 
 use crate::{sys, Device, Io};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use std::{io, marker::PhantomData};
+use std::{collections::VecDeque, io, marker::PhantomData};
 
 /// `P2PDIRECT_URING_MAX_INFLIGHT`: commands in flight per open device file.
 pub const MAX_INFLIGHT: u32 = sys::P2PDIRECT_URING_MAX_INFLIGHT;
@@ -39,10 +39,41 @@ impl Completion {
 }
 
 /// An io_uring of 128-byte SQEs and 32-byte CQEs for one open device.
+///
+/// It counts the commands pushed whose completion it has not handed out
+/// ([`Ring::pending`]): [`Ring::wait`] refuses to wait for more than that
+/// (it would wait forever). Dropping the ring waits for every command it
+/// submitted, so that none still uses its file or memory once the ring is
+/// gone; commands pushed but never submitted are dropped with it, not run.
 pub struct Ring<'d> {
     ring: IoUring<squeue::Entry128, cqueue::Entry32>,
     dev: i32,
+    /// Commands pushed whose completion was not handed out yet.
+    pending: usize,
+    /// Of them, those pushed but not submitted yet.
+    unsubmitted: usize,
+    /// Completions taken off the ring and not handed out yet.
+    ready: VecDeque<Completion>,
     _dev: PhantomData<&'d Device>,
+}
+
+/// The argument must fit the 80 bytes of a 128-byte SQE's command.
+const _: () = assert!(std::mem::size_of::<sys::p2pdirect_uring_io>() <= 80);
+
+impl Completion {
+    fn from_cqe(c: &cqueue::Entry32) -> Self {
+        let big = c.big_cqe()[0];
+        Completion {
+            user_data: c.user_data(),
+            result: if c.result() < 0 {
+                Err(-c.result())
+            } else {
+                Ok(c.result() as u64)
+            },
+            p2p_bytes: big & 0xffff_ffff,
+            bounce_bytes: big >> 32,
+        }
+    }
 }
 
 impl<'d> Ring<'d> {
@@ -51,6 +82,9 @@ impl<'d> Ring<'d> {
         Ok(Self {
             ring: IoUring::builder().build(entries)?,
             dev: dev.as_raw_fd(),
+            pending: 0,
+            unsubmitted: 0,
+            ready: VecDeque::new(),
             _dev: PhantomData,
         })
     }
@@ -58,6 +92,12 @@ impl<'d> Ring<'d> {
     /// Queues a READ (device memory from the file) or, with `write`, a WRITE;
     /// `user_data` comes back in its [`Completion`]. `EBUSY` if the
     /// submission queue is full (submit first).
+    ///
+    /// The command names its file by number (`io.fd`) and its memory by
+    /// address or registration: keep both as they are until its completion
+    /// (a command io_uring's worker runs looks them up when it starts, after
+    /// the submission; a number or address reused meanwhile is what it
+    /// uses).
     pub fn push(&mut self, write: bool, io: &Io, user_data: u64) -> io::Result<()> {
         let (addr, flags) = io.addr_flags();
         let arg = sys::p2pdirect_uring_io {
@@ -93,46 +133,106 @@ impl<'d> Ring<'d> {
         // to no buffer of this process that Rust owns, so nothing here must
         // outlive the command.
         unsafe { self.ring.submission().push(&sqe) }
-            .map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))
+            .map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))?;
+        self.pending += 1;
+        self.unsubmitted += 1;
+        Ok(())
+    }
+
+    /// Commands pushed whose completion was not handed out yet (by
+    /// [`Ring::wait`] or [`Ring::completions`]).
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Moves the completions in the ring to `ready`.
+    fn reap(&mut self) {
+        let mut cq = self.ring.completion();
+        cq.sync();
+        self.ready.extend(cq.map(|c| Completion::from_cqe(&c)));
+    }
+
+    /// Hands out the first `n` ready completions.
+    fn take(&mut self, n: usize) -> Vec<Completion> {
+        let out: Vec<Completion> = self.ready.drain(..n).collect();
+        self.pending -= out.len();
+        out
     }
 
     /// Submits what was pushed; returns how many the kernel took.
     pub fn submit(&mut self) -> io::Result<usize> {
-        self.ring.submit()
+        self.submit_and_wait(0)
     }
 
     /// Submits what was pushed and waits until `want` completions are ready.
     pub fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
-        self.ring.submit_and_wait(want)
+        let taken = self.ring.submit_and_wait(want)?;
+        self.unsubmitted -= taken.min(self.unsubmitted);
+        Ok(taken)
     }
 
-    /// The completions ready now.
+    /// The completions ready now (none if none is).
     pub fn completions(&mut self) -> Vec<Completion> {
-        self.ring
-            .completion()
-            .map(|c| {
-                let big = c.big_cqe()[0];
-                Completion {
-                    user_data: c.user_data(),
-                    result: if c.result() < 0 {
-                        Err(-c.result())
-                    } else {
-                        Ok(c.result() as u64)
-                    },
-                    p2p_bytes: big & 0xffff_ffff,
-                    bounce_bytes: big >> 32,
-                }
-            })
-            .collect()
+        self.reap();
+        self.take(self.ready.len())
     }
 
-    /// Pushes nothing, waits for and returns `n` completions.
+    /// Submits what was pushed, waits until `n` completions are ready and
+    /// returns exactly `n` of them, in the order they completed (the others
+    /// stay for the next call). `EINVAL` (`InvalidInput`) if fewer than `n`
+    /// commands are pending: it would wait forever. A signal does not end
+    /// the wait; on another error the completions already taken stay for
+    /// the next call.
     pub fn wait(&mut self, n: usize) -> io::Result<Vec<Completion>> {
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            self.ring.submit_and_wait(1)?;
-            out.extend(self.completions());
+        if n > self.pending {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "waiting for {n} completions with {} commands pending",
+                    self.pending
+                ),
+            ));
         }
-        Ok(out)
+        loop {
+            self.reap();
+            if self.ready.len() >= n {
+                return Ok(self.take(n));
+            }
+            match self.submit_and_wait(1) {
+                Ok(_) => {}
+                // A signal, or completions overflowing the ring: reap.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// `IORING_ENTER_GETEVENTS` of `<linux/io_uring.h>`.
+const IORING_ENTER_GETEVENTS: u32 = 1;
+
+impl Drop for Ring<'_> {
+    /// Waits for every submitted command (their completions are dropped):
+    /// io_uring itself would finish them after the ring's file is closed,
+    /// its memory and file still in use then. What was pushed and not
+    /// submitted is not submitted now.
+    fn drop(&mut self) {
+        while self.ready.len() + self.unsubmitted < self.pending {
+            // SAFETY: nothing to submit and no argument: the call only
+            // waits for a completion of this ring.
+            let r = unsafe {
+                self.ring
+                    .submitter()
+                    .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
+            };
+            match r {
+                Ok(_) => self.reap(),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {
+                    self.reap()
+                }
+                // Nothing more can be waited for.
+                Err(_) => break,
+            }
+        }
     }
 }

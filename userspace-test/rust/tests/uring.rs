@@ -100,3 +100,82 @@ fn errors_come_back_in_completions() {
         assert_eq!(c.result, Err(want), "case {}", c.user_data);
     }
 }
+
+/// `wait(n)` hands out exactly `n` completions and keeps the others for the
+/// next call; it refuses to wait for more than are pending (it would wait
+/// forever). Before, `wait(4)` returned all 16 when they were ready, and a
+/// `wait(12)` after it waited forever.
+#[test]
+fn wait_returns_exactly_what_was_asked() {
+    let dev = Device::open().unwrap();
+    let a = common::alloc(&dev, gpu(&dev).index, 2 * MIB);
+    let m = dev.map(&a).unwrap();
+    let ns = namespace(1, false);
+    let mut ring = Ring::new(&dev, 32).unwrap();
+    for i in 0..16u64 {
+        let io = Io {
+            fd: ns.as_raw_fd(),
+            memory: Memory::Pointer(m.as_ptr()),
+            size: 4 * KIB,
+            file_offset: 5 * MIB + i * 4 * KIB,
+            buf_offset: i * 4 * KIB,
+            compat: false,
+        };
+        ring.push(false, &io, i).unwrap();
+    }
+    assert_eq!(ring.pending(), 16);
+    assert_eq!(ring.submit().unwrap(), 16);
+    // Let all 16 complete, so that the ring holds more than is asked for.
+    ring.submit_and_wait(16).unwrap();
+    let first = ring.wait(4).unwrap();
+    assert_eq!(first.len(), 4);
+    assert_eq!(ring.pending(), 12);
+    let e = ring.wait(13).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    let rest = ring.wait(12).unwrap();
+    assert_eq!(rest.len(), 12);
+    assert_eq!(ring.pending(), 0);
+    let mut ids: Vec<u64> = first.iter().chain(&rest).map(|c| c.user_data).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..16).collect::<Vec<_>>());
+    assert!(first.iter().chain(&rest).all(|c| c.result == Ok(4 * KIB)));
+    assert!(ring.completions().is_empty());
+}
+
+/// Dropping a ring waits for what it submitted: those READs' bytes are in
+/// device memory when the drop returns; what was only pushed never runs.
+#[test]
+fn dropping_the_ring_waits_for_its_commands() {
+    let dev = Device::open().unwrap();
+    let a = common::alloc(&dev, gpu(&dev).index, 2 * MIB);
+    let m = dev.map(&a).unwrap();
+    let mut saved = vec![0u8; MIB as usize];
+    m.read(0, &mut saved).unwrap();
+    m.write(0, &vec![0u8; MIB as usize]).unwrap();
+    let ns = namespace(1, false);
+    let mut ring = Ring::new(&dev, 32).unwrap();
+    for i in 0..16u64 {
+        let io = Io {
+            fd: ns.as_raw_fd(),
+            memory: Memory::Pointer(m.as_ptr()),
+            size: 64 * KIB,
+            file_offset: 7 * MIB + i * 64 * KIB,
+            buf_offset: i * 64 * KIB,
+            compat: false,
+        };
+        ring.push(false, &io, i).unwrap();
+        // The first half submitted, the second only pushed.
+        if i == 7 {
+            ring.submit().unwrap();
+        }
+    }
+    drop(ring);
+    let (mut got, mut want) = (vec![0u8; MIB as usize], vec![0u8; MIB as usize]);
+    m.read(0, &mut got).unwrap();
+    fill(&mut want[..MIB as usize / 2], 7 * MIB, 1);
+    assert!(
+        got == want,
+        "device memory is not the submitted half's bytes after the drop"
+    );
+    m.write(0, &saved).unwrap();
+}

@@ -907,14 +907,14 @@ impl Allocation {
                 )?;
                 let first = own.bus_addr(0);
                 let skip = (first.next_multiple_of(align) - first) as usize;
-                // A page of the pool still referenced for an instant by its
-                // previous user's teardown (`p2pmem_alloc_mmap` failing) is
-                // memory not to be had now: `ENOMEM`, as the pool's own.
                 let bus = first + skip as u64;
                 // The pool is expected in the published BAR; memory of it
                 // anywhere else is not to be had here (checked before any
                 // page is held: `own` goes back to the pool whole).
                 let offset = bus.checked_sub(provider.bus_addr).ok_or(ENOMEM)?;
+                // A page of the pool still referenced for an instant by its
+                // previous user's teardown (`p2pmem_alloc_mmap` failing) is
+                // memory not to be had now: `ENOMEM`, as the pool's own.
                 let held = own.try_hold(skip, size as usize).map_err(|_| ENOMEM)?;
                 provider.inner.lock().published_used += size;
                 (Backing::Published { own, held }, bus, offset)

@@ -372,7 +372,7 @@ struct p2pdirect_alloc {
  * removal's thread, and FREE returns once that removal told everyone and
  * zapped the mappings, unless a signal interrupts that wait, or io_uring
  * task work queued for the calling thread, which the kernel flags the same
- * way: since ABI 1.14; before, FREE returned at once,
+ * way (not for IORING_SETUP_DEFER_TASKRUN rings): since ABI 1.14; before, FREE returned at once,
  * registrations possibly still live), and the fences of a dma-buf exported
  * from it are waited for (see P2PDIRECT_IOC_EXPORT_DMABUF). An I/O in flight keeps
  * its pages until it ends; only then does the memory return to the

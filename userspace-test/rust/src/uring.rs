@@ -52,6 +52,8 @@ pub struct Ring<'d> {
     pending: usize,
     /// Of them, those pushed but not submitted yet.
     unsubmitted: usize,
+    /// The kernel dropped completions (`EBADR`): `pending` is not known.
+    lost: bool,
     /// Completions taken off the ring and not handed out yet.
     ready: VecDeque<Completion>,
     _dev: PhantomData<&'d Device>,
@@ -84,6 +86,7 @@ impl<'d> Ring<'d> {
             dev: dev.as_raw_fd(),
             pending: 0,
             unsubmitted: 0,
+            lost: false,
             ready: VecDeque::new(),
             _dev: PhantomData,
         })
@@ -164,11 +167,42 @@ impl<'d> Ring<'d> {
         self.submit_and_wait(0)
     }
 
-    /// Submits what was pushed and waits until `want` completions are ready.
+    /// Submits what was pushed and waits until `want` completions are ready
+    /// (those taken off the ring and not handed out yet count); returns how
+    /// many commands the kernel took. `InvalidInput` if fewer than `want`
+    /// commands are pending (it would wait forever).
     pub fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
-        let taken = self.ring.submit_and_wait(want)?;
+        self.check_pending(want)?;
+        let more = want.saturating_sub(self.ready.len());
+        // The count comes back even when the wait after the submission
+        // fails; an error means nothing was taken.
+        let taken = self.ring.submit_and_wait(more).inspect_err(|e| {
+            if e.raw_os_error() == Some(libc::EBADR) {
+                self.lost = true;
+            }
+        })?;
         self.unsubmitted -= taken.min(self.unsubmitted);
         Ok(taken)
+    }
+
+    /// `InvalidInput` unless `n` completions can still come;
+    /// `EBADR` once the kernel dropped completions.
+    fn check_pending(&self, n: usize) -> io::Result<()> {
+        if self.lost {
+            // The kernel dropped completions (out of memory): what is
+            // pending is not known any more.
+            return Err(io::Error::from_raw_os_error(libc::EBADR));
+        }
+        if n > self.pending {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "waiting for {n} completions with {} commands pending",
+                    self.pending
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The completions ready now (none if none is).
@@ -179,30 +213,20 @@ impl<'d> Ring<'d> {
 
     /// Submits what was pushed, waits until `n` completions are ready and
     /// returns exactly `n` of them, in the order they completed (the others
-    /// stay for the next call). `EINVAL` (`InvalidInput`) if fewer than `n`
-    /// commands are pending: it would wait forever. A signal does not end
-    /// the wait; on another error the completions already taken stay for
-    /// the next call.
+    /// stay for the next call). `InvalidInput` if fewer than `n` commands
+    /// are pending: it would wait forever. A signal does not end the wait;
+    /// on another error the completions already taken stay for the next
+    /// call.
     pub fn wait(&mut self, n: usize) -> io::Result<Vec<Completion>> {
-        if n > self.pending {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "waiting for {n} completions with {} commands pending",
-                    self.pending
-                ),
-            ));
-        }
         loop {
+            match self.submit_and_wait(n) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(e),
+            }
             self.reap();
             if self.ready.len() >= n {
                 return Ok(self.take(n));
-            }
-            match self.submit_and_wait(1) {
-                Ok(_) => {}
-                // A signal, or completions overflowing the ring: reap.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
-                Err(e) => return Err(e),
             }
         }
     }
@@ -213,11 +237,13 @@ const IORING_ENTER_GETEVENTS: u32 = 1;
 
 impl Drop for Ring<'_> {
     /// Waits for every submitted command (their completions are dropped):
-    /// io_uring itself would finish them after the ring's file is closed,
-    /// its memory and file still in use then. What was pushed and not
-    /// submitted is not submitted now.
+    /// closing the ring's file would cancel those io_uring's worker had not
+    /// started and leave the others running, their memory and file still
+    /// in use after the drop. What was pushed and not submitted is not
+    /// submitted now. Once the kernel dropped completions (out of memory)
+    /// nothing can be counted and nothing is waited for.
     fn drop(&mut self) {
-        while self.ready.len() + self.unsubmitted < self.pending {
+        while !self.lost && self.ready.len() + self.unsubmitted < self.pending {
             // SAFETY: nothing to submit and no argument: the call only
             // waits for a completion of this ring.
             let r = unsafe {
@@ -227,9 +253,7 @@ impl Drop for Ring<'_> {
             };
             match r {
                 Ok(_) => self.reap(),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {
-                    self.reap()
-                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 // Nothing more can be waited for.
                 Err(_) => break,
             }

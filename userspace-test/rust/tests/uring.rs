@@ -14,6 +14,19 @@ use std::os::fd::AsRawFd;
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 
+/// READ number `i` of a run of `size`-byte READs of `ns` from `file_base`
+/// on, into consecutive pieces of `m` from its start.
+fn nth_read(ns: &std::fs::File, m: &p2pdirect::Mapping, i: u64, size: u64, file_base: u64) -> Io {
+    Io {
+        fd: ns.as_raw_fd(),
+        memory: Memory::Pointer(m.as_ptr()),
+        size,
+        file_offset: file_base + i * size,
+        buf_offset: i * size,
+        compat: false,
+    }
+}
+
 /// 16 READs of 64 KiB of NSID 1 in flight at once, from one thread, then
 /// the same MiB once more through the ioctl: the same bytes, all by P2P.
 #[test]
@@ -26,15 +39,8 @@ fn queue_depth_16_reads_match_the_namespace() {
     let ns = namespace(1, false);
     let mut ring = Ring::new(&dev, 32).unwrap();
     for i in 0..16u64 {
-        let io = Io {
-            fd: ns.as_raw_fd(),
-            memory: Memory::Pointer(m.as_ptr()),
-            size: 64 * KIB,
-            file_offset: 5 * MIB + i * 64 * KIB,
-            buf_offset: i * 64 * KIB,
-            compat: false,
-        };
-        ring.push(false, &io, i).unwrap();
+        ring.push(false, &nth_read(&ns, &m, i, 64 * KIB, 5 * MIB), i)
+            .unwrap();
     }
     assert_eq!(ring.submit().unwrap(), 16);
     let mut done = ring.wait(16).unwrap();
@@ -115,15 +121,8 @@ fn wait_returns_exactly_what_was_asked() {
     let ns = namespace(1, false);
     let mut ring = Ring::new(&dev, 32).unwrap();
     for i in 0..16u64 {
-        let io = Io {
-            fd: ns.as_raw_fd(),
-            memory: Memory::Pointer(m.as_ptr()),
-            size: 4 * KIB,
-            file_offset: 5 * MIB + i * 4 * KIB,
-            buf_offset: i * 4 * KIB,
-            compat: false,
-        };
-        ring.push(false, &io, i).unwrap();
+        ring.push(false, &nth_read(&ns, &m, i, 4 * KIB, 5 * MIB), i)
+            .unwrap();
     }
     assert_eq!(ring.pending(), 16);
     assert_eq!(ring.submit().unwrap(), 16);
@@ -161,15 +160,8 @@ fn dropping_the_ring_waits_for_its_commands() {
     let ns = namespace(1, false);
     let mut ring = Ring::new(&dev, 32).unwrap();
     for i in 0..16u64 {
-        let io = Io {
-            fd: ns.as_raw_fd(),
-            memory: Memory::Pointer(m.as_ptr()),
-            size: 64 * KIB,
-            file_offset: 7 * MIB + i * 64 * KIB,
-            buf_offset: i * 64 * KIB,
-            compat: false,
-        };
-        ring.push(false, &io, i).unwrap();
+        ring.push(false, &nth_read(&ns, &m, i, 64 * KIB, 7 * MIB), i)
+            .unwrap();
         // The first half submitted, the second only pushed.
         if i == 7 {
             ring.submit().unwrap();

@@ -469,6 +469,25 @@ TEST_F(hd, read_only_open_may_only_look)
 	close(ro);
 }
 
+/* STATS on a writable file: a non-zero pad or an unknown flag is EINVAL. */
+TEST_F(hd, stats_refuses_pad_and_unknown_flags)
+{
+	struct p2pdirect_stat rows[16];
+	struct p2pdirect_stats s = { .entries = (uintptr_t)rows, .capacity = 16 };
+
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_STATS, &s));
+	s.pad = 1;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_STATS, &s));
+	EXPECT_EQ(EINVAL, errno);
+	s.pad = 0;
+	s.flags = 2;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_STATS, &s));
+	EXPECT_EQ(EINVAL, errno);
+	s.flags = P2PDIRECT_STATS_RESET | 2;
+	EXPECT_EQ(-1, ioctl(self->dev, P2PDIRECT_IOC_STATS, &s));
+	EXPECT_EQ(EINVAL, errno);
+}
+
 /*
  * Access mode 3 (O_ACCMODE: neither read nor write, ioctl only) may look
  * but not change anything, as O_RDONLY (since ABI 1.13; before, it passed

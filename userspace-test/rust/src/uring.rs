@@ -36,6 +36,21 @@ impl Completion {
     pub fn bytes(&self) -> io::Result<u64> {
         self.result.map_err(io::Error::from_raw_os_error)
     }
+
+    /// A completion as its 32-byte CQE gives it.
+    fn from_cqe(c: &cqueue::Entry32) -> Self {
+        let big = c.big_cqe()[0];
+        Completion {
+            user_data: c.user_data(),
+            result: if c.result() < 0 {
+                Err(-c.result())
+            } else {
+                Ok(c.result() as u64)
+            },
+            p2p_bytes: big & 0xffff_ffff,
+            bounce_bytes: big >> 32,
+        }
+    }
 }
 
 /// An io_uring of 128-byte SQEs and 32-byte CQEs for one open device.
@@ -61,22 +76,6 @@ pub struct Ring<'d> {
 
 /// The argument must fit the 80 bytes of a 128-byte SQE's command.
 const _: () = assert!(std::mem::size_of::<sys::p2pdirect_uring_io>() <= 80);
-
-impl Completion {
-    fn from_cqe(c: &cqueue::Entry32) -> Self {
-        let big = c.big_cqe()[0];
-        Completion {
-            user_data: c.user_data(),
-            result: if c.result() < 0 {
-                Err(-c.result())
-            } else {
-                Ok(c.result() as u64)
-            },
-            p2p_bytes: big & 0xffff_ffff,
-            bounce_bytes: big >> 32,
-        }
-    }
-}
 
 impl<'d> Ring<'d> {
     /// A ring of `entries` submission slots (a power of two) for `dev`.

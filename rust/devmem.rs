@@ -334,9 +334,9 @@ impl Provider {
                     // Removal is not interruptible; without a lock, sleep
                     // out a short while instead of spinning on the signal
                     // (or on this thread's pending task work, which runs
-                    // only once it returns to userspace: a pin only that
-                    // task work lets go of, a file READ's io_uring retry,
-                    // keeps this waiting; the README says so).
+                    // only once it returns to userspace: no pin waits for
+                    // task work, except a file READ's io_uring retry whose
+                    // kernel worker could not be allocated).
                     drop(guard);
                     kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
                     waited_ms = waited_ms.saturating_add(10);

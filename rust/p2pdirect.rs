@@ -75,8 +75,14 @@ struct P2pDirect {
     /// debugfs `p2pdirect/stats` (reads the statistics table, a static).
     #[pin]
     stats_file: kernel::debugfs::File<stats::DebugfsStats>,
+    /// debugfs `p2pdirect/file_read_retries` (reads a static counter).
+    #[pin]
+    retries_file: kernel::debugfs::File<storage::FileReadRetries>,
     /// debugfs `p2pdirect/`: removed after its file.
     debugfs: kernel::debugfs::Dir,
+    /// The module's workqueue (file READs run again): destroyed once
+    /// `/dev/p2pdirect` is gone, waiting for its work items.
+    work_queue: sys::work::WorkQueue,
     /// Revokes allocations of published memory before its driver unbinds.
     #[pin]
     published_unbind: sys::pci_notify::PciUnbindNotifier<devmem::PublishedUnbind>,
@@ -112,6 +118,7 @@ impl kernel::InPlaceModule for P2pDirect {
         let debugfs = kernel::debugfs::Dir::new(c"p2pdirect");
         try_pin_init!(Self {
             peer_handles: sys::peer_client::Handles::init()?,
+            work_queue: sys::work::WorkQueue::new()?,
             peer_mem: peer_mem::Globals::init()?,
             devmem: devmem::Globals::init()?,
             bio_set: sys::bio::BioSet::new()?,
@@ -124,6 +131,11 @@ impl kernel::InPlaceModule for P2pDirect {
                 stats::DebugfsStats,
                 &stats::DebugfsStats::show,
                 &stats::DebugfsStats::write,
+            ),
+            retries_file <- debugfs.read_callback_file(
+                c"file_read_retries",
+                storage::FileReadRetries,
+                &storage::FileReadRetries::show,
             ),
             debugfs,
             chardev <- chardev::register(module),

@@ -46,10 +46,11 @@ use crate::{
         pci_p2pdma::LocatedPci,
         uapi,
         uring_cmd::{PendingCmd, TaskWork, UringCmd},
+        work,
     },
 };
 use core::sync::atomic::{
-    AtomicU32,
+    AtomicU32, AtomicU64,
     Ordering::{Acquire, Relaxed, Release},
 };
 use kernel::{
@@ -322,6 +323,8 @@ struct UringIo {
     /// Set before the I/O goes; taken by its completion, which always
     /// finds it (the I/O completes once).
     cmd: Option<PendingCmd>,
+    /// A file READ run again by a kernel worker: what that did.
+    retried: Option<Result<u64>>,
 }
 
 impl UringIo {
@@ -351,6 +354,7 @@ impl UringIo {
             start,
             slot,
             cmd: None,
+            retried: None,
         };
         (io, mem.pages)
     }
@@ -498,6 +502,21 @@ fn submit_file(
     Ok(0)
 }
 
+/// io_uring file READs the file system gave up (`EAGAIN`) after part of
+/// them went, each to be run again (by a kernel worker; by the task work if
+/// the worker's item could not be allocated): debugfs
+/// `p2pdirect/file_read_retries`.
+static FILE_READ_RETRIES: AtomicU64 = AtomicU64::new(0);
+
+/// The debugfs file `p2pdirect/file_read_retries`: [`FILE_READ_RETRIES`].
+pub(crate) struct FileReadRetries;
+
+impl FileReadRetries {
+    pub(crate) fn show(_: &Self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        writeln!(f, "{}", FILE_READ_RETRIES.load(Relaxed))
+    }
+}
+
 impl AsyncRwOwner for UringIo {
     type Pages = Pages;
 
@@ -506,25 +525,46 @@ impl AsyncRwOwner for UringIo {
     }
 
     fn completed(mut io: KBox<AsyncRw<Self>>) {
+        if io.retryable() {
+            // The file system gave a NOWAIT read up after part of it went
+            // (rare): it runs again in a kernel worker, where it may block,
+            // and lets go of its pages there. Never in the submitter's task
+            // work, which may not run for as long as the submitter pleases
+            // (a DEFER_TASKRUN ring that is not waited on), while a GPU
+            // unbind waits for the pages.
+            FILE_READ_RETRIES.fetch_add(1, Relaxed);
+            match work::defer(io, rerun_read) {
+                Ok(()) => return,
+                // No memory for the work item: the task work runs it.
+                Err(back) => io = back,
+            }
+        }
         let cmd = io.owner_mut().cmd.take();
         to_task(cmd, io);
     }
 }
 
+/// A kernel worker runs a file READ again whose NOWAIT issue the file
+/// system gave up after part of it went (see `completed` above), then hands
+/// it to the submitter's task work.
+fn rerun_read(mut io: KBox<AsyncRw<UringIo>>) {
+    let r = io.rerun_read();
+    crate::devmem::reap();
+    io.owner_mut().retried = r;
+    let cmd = io.owner_mut().cmd.take();
+    to_task(cmd, io);
+}
+
 impl TaskWork for AsyncRw<UringIo> {
     fn run(mut self: KBox<Self>, cancel: bool) -> (i32, u64) {
-        let retry = self.retry_pages();
-        let (r, notify) = match retry {
-            // The task is going away: no blocking retry on its behalf.
-            Some(_) if cancel => (Err(ecanceled()), false),
-            // The file system gave a NOWAIT read up after part of it went
-            // (rare): it runs again here, where it may block.
-            Some(pages) => {
-                let io = self.owner();
-                let r = io.file.rw(&pages, io.off, io.len, io.pos, io.write);
-                (r, false)
-            }
-            None => (self.result(), true),
+        let (r, notify) = match self.owner_mut().retried.take() {
+            // Run again by a kernel worker (which sent no access event).
+            Some(r) => (r, true),
+            // The worker's item could not be allocated, and the task is
+            // going away: no blocking retry on its behalf.
+            None if cancel && self.retryable() => (Err(ecanceled()), false),
+            // The worker's item could not be allocated: it runs here.
+            None => (self.rerun_read().unwrap_or_else(|| self.result()), true),
         };
         KBox::into_inner(self)
             .into_owner()

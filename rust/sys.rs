@@ -23,6 +23,7 @@ pub(crate) mod rcu_map;
 pub(crate) mod uapi;
 pub(crate) mod uring_cmd;
 pub(crate) mod vma;
+pub(crate) mod work;
 
 /// The C shim's functions (rust/ffi/shim.c, for what only C can reach:
 /// static inlines and macros), declared by bindgen at build time from

@@ -161,6 +161,25 @@ unsafe fn iocb_rw(
     }
 }
 
+/// The file's `read_iter` itself, without `vfs_iocb_iter_read()`'s checks
+/// and event: for a READ whose checks ran already.
+///
+/// # Safety
+///
+/// As [`iocb_rw`], for a file opened for reading.
+unsafe fn read_iter(
+    file: *mut bindings::file,
+    kiocb: *mut bindings::kiocb,
+    iter: *mut bindings::iov_iter,
+) -> isize {
+    // SAFETY: an open file has its operations (caller's promise).
+    match unsafe { (*(*file).f_op).read_iter } {
+        // SAFETY: the caller's promise.
+        Some(read) => unsafe { read(kiocb, iter) },
+        None => -(bindings::EINVAL as isize),
+    }
+}
+
 fn bytes_or_err(r: isize) -> Result<u64> {
     if r < 0 {
         // A negative `ssize_t` from the file system is an errno.
@@ -204,7 +223,7 @@ pub(crate) trait AsyncRwOwner: Send + Sized + 'static {
     fn file(&self) -> &File;
 
     /// The I/O ended and its pages are gone (unless kept for a retry, see
-    /// [`AsyncRw::retry_pages`]): called once, in any context (interrupts
+    /// [`AsyncRw::rerun_read`]): called once, in any context (interrupts
     /// included, or the submitter's after the file system took the I/O), so
     /// it may not sleep.
     fn completed(io: KBox<AsyncRw<Self>>);
@@ -377,7 +396,9 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
         }
     }
 
-    fn retryable(&self) -> bool {
+    /// A NOWAIT I/O the file system gave up (`EAGAIN`), which
+    /// [`AsyncRw::rerun_read`] may run again where it may block.
+    pub(crate) fn retryable(&self) -> bool {
         self.nowait && self.res == -(bindings::EAGAIN as isize)
     }
 
@@ -386,19 +407,39 @@ impl<O: AsyncRwOwner> AsyncRw<O> {
         bytes_or_err(self.res)
     }
 
-    /// After a NOWAIT I/O ended in `EAGAIN` (see [`AsyncRw::submit`]), the
-    /// pages it kept so that the caller may run it again where it may block.
-    pub(crate) fn retry_pages(&mut self) -> Option<O::Pages> {
-        if self.retryable() {
-            self.pages.take()
-        } else {
-            None
+    /// Runs a READ the file system gave up after part of it went (see
+    /// [`AsyncRw::retryable`]) again over the same pages, whole and blocking,
+    /// in the calling context (a kernel worker), as the same I/O: with the
+    /// submitter's I/O priority (the first issue's), and without the
+    /// permission hooks (`rw_verify_area()` ran at the first issue, for this
+    /// range, as the submitter) or the access event (the owner sends it, as
+    /// for an asynchronous completion). The pages are let go of when it
+    /// returns. `None` if the I/O is no such READ.
+    pub(crate) fn rerun_read(&mut self) -> Option<Result<u64>> {
+        if self.write || !self.retryable() {
+            return None;
         }
-    }
-
-    /// The owner.
-    pub(crate) fn owner(&self) -> &O {
-        &self.owner
+        let pages = self.pages.take()?;
+        let file = self.owner.file().as_ptr();
+        let kiocb = Opaque::<bindings::kiocb>::uninit();
+        let iter = Opaque::<bindings::iov_iter>::uninit();
+        // SAFETY: the first issue initialised `self.kiocb`, and the I/O
+        // ended: nobody else touches it any more. The new kiocb is ours to
+        // initialise; the owner keeps the file referenced; `new` checked
+        // that `pos` fits.
+        unsafe {
+            let ioprio = (*self.kiocb.get()).ki_ioprio;
+            kiocb_init(kiocb.get(), file, self.pos as i64, None, false);
+            (*kiocb.get()).ki_ioprio = ioprio;
+        }
+        // SAFETY: the segments live in `self`, which outlives the call below;
+        // they point into `pages`, held until after it.
+        unsafe { self.segs.iter(iter.get(), false) };
+        // SAFETY: a synchronous kiocb of the open file, an iterator over
+        // held pages; the file system is done with both when it returns.
+        let r = unsafe { read_iter(file, kiocb.get(), iter.get()) };
+        drop(pages);
+        Some(bytes_or_err(r))
     }
 
     /// The owner.

@@ -21,6 +21,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +34,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/p2pdirect.h>
@@ -1412,6 +1416,180 @@ TEST_F(ur, teardown_with_commands_in_flight)
 	EXPECT_EQ(0ull, fill_diff(g->map, CHUNK, pos, 0x7406));
 	printf("# DMACHECK ns=1 off=%llu len=%llu where=gpu:%s op=read\n",
 	       (unsigned long long)pos, (unsigned long long)len, g->bdf);
+}
+
+#define RETRIES "/sys/kernel/debug/p2pdirect/file_read_retries"
+
+/* debugfs p2pdirect/file_read_retries, or -1. */
+static long read_retries(void)
+{
+	return file_number(RETRIES, "%ld");
+}
+
+/* Extents of @fd's [0, @len), or -1. */
+static long extents(int fd, __u64 len)
+{
+	struct fiemap fm = { .fm_length = len };
+
+	return ioctl(fd, FS_IOC_FIEMAP, &fm) ? -1 : (long)fm.fm_mapped_extents;
+}
+
+struct hammer {
+	int fd;
+	int stop;		/* __atomic */
+	void *buf;
+};
+
+static int stopped(struct hammer *h)
+{
+	return __atomic_load_n(&h->stop, __ATOMIC_RELAXED);
+}
+
+/*
+ * Writes into the holes of retry.bin [1, 2) MiB and punches them out again,
+ * until told to stop: each write allocates, and its completion converts the
+ * extent, under the inode's extent lock taken exclusively, which an xfs
+ * NOWAIT read that meets it gives up.
+ */
+static void *hammer_main(void *arg)
+{
+	struct hammer *h = arg;
+
+	while (!stopped(h)) {
+		for (__u64 o = MiB; o < 2 * MiB && !stopped(h); o += 4 * KiB)
+			if (pwrite(h->fd, h->buf, 4 * KiB, o) != 4 * KiB)
+				return (void *)(intptr_t)(errno ? errno : EIO);
+		if (fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, MiB, MiB))
+			return (void *)(intptr_t)errno;
+	}
+	return NULL;
+}
+
+struct unbind {
+	const char *bdf;
+	int ret;
+	int done;		/* __atomic */
+};
+
+static void *unbind_main(void *arg)
+{
+	struct unbind *u = arg;
+
+	u->ret = sysfs_write("/sys/bus/pci/drivers/p2pdirect/unbind", u->bdf);
+	__atomic_store_n(&u->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * An io_uring READ of a file that the file system gives up after part of it
+ * went runs again in a kernel worker, which lets go of its pages, not in
+ * the submitter's task work. xfs gives a NOWAIT read up (EAGAIN) at an
+ * extent whose mapping lock another thread holds: here retry.bin's first
+ * MiB is 256 extents, and a thread writes into and punches holes of its
+ * second MiB. 16 READs of 64 KiB into GPU 1 go on a DEFER_TASKRUN ring
+ * this thread does not enter, round after round until debugfs
+ * p2pdirect/file_read_retries says one was given up mid-way (a failure if
+ * none is in 40 rounds: the retry would go untested). Then GPU 1 is unbound from another thread: the
+ * unbind waits for the READs' pages, and returns with the CQEs still not
+ * posted (before, the retry ran in the task work, so the pages stayed
+ * pinned until this thread entered the ring). The READs then complete
+ * whole, with the file's bytes (checked on the host). GPU 1 is bound again.
+ */
+TEST_F_TIMEOUT(ur, file_read_retry_needs_no_task_work, 300)
+{
+	static const char *const path = "/mnt/xfs/retry.bin", *const pad = "/mnt/xfs/retry-pad.bin";
+	const __u64 seed = 0x7e7, n = 64 * KiB;
+	struct gpu *g = &self->gpu[1];
+	struct p2pdirect_io sync = { .addr = (uintptr_t)g->map, .size = MiB };
+	struct p2pdirect_free f = { .handle = g->a.handle };
+	struct hammer h = { 0 };
+	struct unbind u = { .bdf = g->bdf };
+	pthread_t ht, ut;
+	struct io_uring r;
+	struct done d[16];
+	int fd, pfd, round, bad = 0, waited = 0;
+	long before = read_retries(), now = before;
+	void *hret;
+
+	ASSERT_LE(0, before) TH_LOG("debugfs p2pdirect/file_read_retries: %s", strerror(errno));
+	ASSERT_EQ(0, posix_memalign(&h.buf, 4096, MiB));
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+	pfd = open(pad, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+	ASSERT_LE(0, fd);
+	ASSERT_LE(0, pfd);
+	/* Every other block of the disk: 256 extents. */
+	for (__u64 o = 0; o < MiB; o += 4 * KiB) {
+		ASSERT_EQ(0, fallocate(fd, 0, o, 4 * KiB));
+		ASSERT_EQ(0, fallocate(pfd, 0, o, 4 * KiB));
+	}
+	fill_buf(h.buf, MiB, 0, seed);
+	ASSERT_EQ((ssize_t)MiB, pwrite(fd, h.buf, MiB, 0));
+	ASSERT_EQ(0, ftruncate(fd, 2 * MiB));
+	ASSERT_EQ(0, fsync(fd));
+	ASSERT_LE(128, extents(fd, MiB)) TH_LOG("%s: the blocks were allocated together", path);
+	close(fd);
+	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, fd);
+	/* Reads the extents in: a NOWAIT read does not wait for them. */
+	sync.fd = fd;
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_READ, &sync));
+	ASSERT_EQ(MiB, sync.bytes);
+
+	h.fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+	ASSERT_LE(0, h.fd);
+	ASSERT_EQ(0, pthread_create(&ht, NULL, hammer_main, &h));
+	ASSERT_EQ(0, io_uring_queue_init(QD, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32 |
+					 IORING_SETUP_SINGLE_ISSUER |
+					 IORING_SETUP_DEFER_TASKRUN));
+	for (round = 0; round < 40; round++) {
+		memset(g->map, 0, MiB);
+		for (int i = 0; i < 16; i++)
+			prep(&r, self->dev, 0, fd, 0, (uintptr_t)g->map, n, i * n, i * n, i);
+		ASSERT_EQ(16, io_uring_submit(&r));
+		/* The READs' bios are done long before; their CQEs wait for us. */
+		usleep(300 * 1000);
+		now = read_retries();
+		if (now != before)
+			break;
+		ASSERT_EQ(0, reap(&r, 16, d));
+		for (int i = 0; i < 16; i++)
+			bad += d[i].res != (int)n;
+		ASSERT_EQ(0, bad) TH_LOG("round %d: first result %d", round, d[0].res);
+	}
+	__atomic_store_n(&h.stop, 1, __ATOMIC_RELAXED);
+	ASSERT_EQ(0, pthread_join(ht, &hret));
+	ASSERT_EQ(NULL, hret) TH_LOG("the writes into holes of %s failed: %s", path,
+				    strerror((int)(intptr_t)hret));
+	close(h.fd);
+	/* Seen at once in every run so far (2-7 of the first 16 READs). */
+	ASSERT_NE(before, now) TH_LOG("no READ given up mid-way in %d rounds: no retry", round);
+	TH_LOG("round %d: %ld READs given up mid-way and run again", round, now - before);
+
+	self->unbound = 1;
+	ASSERT_EQ(0, pthread_create(&ut, NULL, unbind_main, &u));
+	for (int i = 0; i < 300 && !__atomic_load_n(&u.done, __ATOMIC_ACQUIRE); i++)
+		usleep(100 * 1000);
+	waited = !__atomic_load_n(&u.done, __ATOMIC_ACQUIRE);
+	EXPECT_EQ(0, waited) TH_LOG("the unbind of %s waits for this thread's ring", g->bdf);
+	/* Entering the ring runs its task work (and, before, the retries). */
+	ASSERT_EQ(0, reap(&r, 16, d));
+	ASSERT_EQ(0, pthread_join(ut, NULL));
+	EXPECT_EQ(0, u.ret) TH_LOG("unbind: %s", strerror(-u.ret));
+	for (int i = 0; i < 16; i++)
+		bad += d[i].res != (int)n;
+	EXPECT_EQ(0, bad) TH_LOG("first result %d", d[0].res);
+	rec_gpu(g, 0, MiB, seed, 0);
+	io_uring_queue_exit(&r);
+	close(fd);
+	unlink(path);
+	unlink(pad);
+	free(h.buf);
+
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_FREE, &f));
+	munmap(g->map, BUF);
+	g->map = NULL;
+	ASSERT_EQ(0, sysfs_write("/sys/bus/pci/drivers/p2pdirect/bind", g->bdf));
+	self->unbound = 0;
 }
 
 /*

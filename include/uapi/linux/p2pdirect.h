@@ -13,7 +13,7 @@
  *    zero on output;
  *  - new behaviour gets a new command number or flag; the ABI major changes
  *    only when an existing command changes meaning, the minor when commands,
- *    flags or documented behaviours are added (1.6, 1.7 and 1.10 to 1.18
+ *    flags or documented behaviours are added (1.6, 1.7 and 1.10 to 1.19
  *    added behaviours and no command).
  *
  * Errors common to every command:
@@ -70,6 +70,15 @@
  * number per file is bounded by P2PDIRECT_URING_MAX_INFLIGHT for io_uring,
  * by the caller's threads for the ioctls), and pins of device memory take
  * no RAM besides their charged page arrays.
+ *
+ * ABI 1.19 (no new command, same structs): an io_uring READ of a file that
+ * the file system gives up after part of it went is run again by a kernel
+ * worker, which lets go of its pins as soon as it is done (see struct
+ * p2pdirect_uring_io); before, by the submitter's task work, so the pins,
+ * and a GPU unbind waiting for them, stayed until the submitter ran its
+ * task work: on an IORING_SETUP_DEFER_TASKRUN ring, until it entered the
+ * ring to wait, and a thread that unbound the GPU meanwhile waited for
+ * itself.
  *
  * ABI 1.18 (no new command, same structs): kernel memory is charged to the
  * caller's memory cgroup (above); before, to no one, so a user in a
@@ -201,9 +210,13 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 18
+#define P2PDIRECT_ABI_MINOR 19
 
-/* 'P' with numbers 0xd0..0xef is free in ioctl-number.rst. */
+/*
+ * 'P' 0xd0..0xef: ioctl-number.rst lists all of 'P' for linux/soundcard.h
+ * (as a conflict; its 'P' commands are numbered 0x00..0x43) and five other
+ * users of numbers below 0x70; nothing in the kernel uses 'P' 0xd0..0xef.
+ */
 #define P2PDIRECT_IOCTL_MAGIC 'P'
 #define P2PDIRECT_IOCTL_BASE 0xd0
 
@@ -224,7 +237,12 @@ struct p2pdirect_version {
 #define P2PDIRECT_IOC_GET_VERSION \
 	_IOWR(P2PDIRECT_IOCTL_MAGIC, P2PDIRECT_IOCTL_BASE + 0, struct p2pdirect_version)
 
-/* A PCI function: domain << 16 | bus << 8 | devfn. */
+/*
+ * A PCI function: domain << 16 | bus << 8 | devfn. A domain above 0xffff
+ * does not fit (Intel VMD puts the devices behind it in domains from
+ * 0x10000): only its low 16 bits are reported, so such a device has the
+ * address of one in a low domain (STATS then counts both in one entry).
+ */
 #define P2PDIRECT_PCI_ADDR(domain, bus, devfn) \
 	(((__u32)(domain) << 16) | ((__u32)(bus) << 8) | (__u32)(devfn))
 
@@ -921,9 +939,16 @@ struct p2pdirect_stats {
  * close and process exit revoke the mapping at once, and the memory is
  * reused only after the I/O released it. A started command
  * cannot be cancelled; ring teardown waits for it (it ends when its bios
- * do), except a file READ the file system cut short after part of it went
- * (rare), whose rest is issued from task work: if the ring is closing or
- * its task exiting by then, it ends with -ECANCELED. STATS counts a
+ * do). A file READ the file system gives up after part of it went (rare:
+ * xfs does, at an extent whose lock another thread holds) runs again, whole
+ * and blocking, in a kernel worker, which lets go of its pins when it is
+ * done (since ABI 1.19; debugfs p2pdirect/file_read_retries counts these):
+ * the same I/O, with the submitter's I/O priority and no second run of the
+ * permission hooks; its CQE then follows as any other's. Only if the kernel has no memory
+ * for the worker's work item does the retry run in the submitter's task
+ * work, as it always did before 1.19: holding the pins until the
+ * submitter runs its task work, and ending with -ECANCELED if the ring is
+ * closing or the task exiting by then. STATS counts a
  * command, and its pinned_bytes drop, when it ends: a command refused by the
  * checks when its issue returns, a COMPAT bounce when the worker has done
  * it (their CQEs queued then, posted by io_uring, with

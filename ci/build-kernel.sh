@@ -18,6 +18,9 @@ debug) ;;
 bench) frags+=("$here/kernel-bench.config") ;;
 *) die "P2PDIRECT_KERNEL=$flavor: debug or bench" ;;
 esac
+# One run at a time builds a source and flavour (a changed fragment takes
+# the last build of both over).
+lock_cache "build-$(basename "$src")-$flavor"
 key=$( { basename "$src"; cat "${frags[@]}" "$here/kernel-required.txt"; echo "$toolchain"; } |
 	sha256sum | cut -c1-16)
 out="$P2P_CACHE/build/$(basename "$src")-$key"
@@ -46,8 +49,8 @@ else
 		done || true)
 	if [ -n "$seed" ]; then
 		log "starting from $seed"
+		rm -f "$seed/.built"
 		mv "$seed" "$out"
-		rm -f "$out/.built"
 	fi
 fi
 mkdir -p "$out"

@@ -19,7 +19,13 @@ trap 'rm -rf "$res"' EXIT
 if run=$("$here/vm.sh" check); then
 	"$here/vm-verdict.sh" "$run" >"$res/vm.tap"
 	tr -d '\r' <"$run/tap.log" >"$res/guest.tap"
-	"$here/hostcheck.py" "$res/guest.tap" "$run" >>"$res/vm.tap"
+	# hostcheck.py exits 0 also when its checks fail (they are its TAP); a
+	# crash of its own loses them all, so it counts as a failure.
+	"$here/hostcheck.py" "$res/guest.tap" "$run" >>"$res/vm.tap" || {
+		hc=$?
+		printf '# suite: hostcheck\nnot ok 1 - hostcheck.py itself failed (rc %s; see above)\n1..1\n' \
+			"$hc" >>"$res/vm.tap"
+	}
 else
 	printf '# suite: vm\nnot ok 1 - building or booting the VM failed (see above)\n1..1\n' >"$res/vm.tap"
 	: >"$res/guest.tap"

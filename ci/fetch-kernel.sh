@@ -13,6 +13,9 @@ set -euo pipefail
 series_list=$(grep -v '^#' "$(dirname "$0")/kernel-series.txt" | tr '\n' ' ')
 series=${P2PDIRECT_KERNEL_SERIES:-${series_list%% *}}
 case " $series_list " in *" $series "*) ;; *) die "kernel series '$series' is not one of: $series_list(ci/kernel-series.txt)" ;; esac
+# One run at a time refreshes the private index and unpacks a source (apt
+# runs without its own locks here).
+lock_cache apt
 apt_dir="$P2P_CACHE/apt"
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$P2P_CACHE/src"
 
@@ -57,8 +60,10 @@ if [ ! -f "$stamp" ] || [ -n "$(find "$stamp" -mmin +1440 2>/dev/null)" ]; then
 fi
 
 pkg="linux-source-$series"
-ver=$(apt-cache "${aptopts[@]}" madison "$pkg" 2>/dev/null | awk -F'|' '{gsub(/ /,"",$2); print $2}' |
-	sort -V | tail -n 1)
+# A broken private index (apt-cache fails) is handled as no offer: the
+# offline fallback below may still have the source.
+ver=$({ apt-cache "${aptopts[@]}" madison "$pkg" 2>/dev/null || true; } |
+	awk -F'|' '{gsub(/ /,"",$2); print $2}' | sort -V | tail -n 1)
 [ -n "$ver" ] || offline "$pkg is not offered by sid, trixie-backports or experimental on $mirror"
 
 dest="$P2P_CACHE/src/$pkg-$ver"
@@ -76,6 +81,7 @@ if [ ! -f "$dest/.unpacked" ]; then
 		[ -n "$deb" ] || die "apt-get download of $pkg=$ver left no package in $debs"
 	fi
 	tmp=$(mktemp -d "$P2P_CACHE/src/dl.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT
 	dpkg -x "$deb" "$tmp/x"
 	tarball=$(find "$tmp/x/usr/src" -maxdepth 1 -name "linux-source-*.tar.*" | head -n 1)
 	[ -n "$tarball" ] || die "no source tarball inside $deb"

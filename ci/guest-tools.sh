@@ -10,15 +10,20 @@ set -euo pipefail
 out="$P2P_CACHE/guest-tools"
 if [ ! -x "$out/mdadm" ]; then
 	log "fetching mdadm for the guest"
+	sudo=
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
 	# The host's package index may be stale or empty: refresh it once if needed.
 	(cd "$tmp" && apt-get download -qq mdadm 2>/dev/null) ||
-		{ apt-get update -qq && (cd "$tmp" && apt-get download -qq mdadm 2>/dev/null); } ||
+		{ $sudo apt-get update -qq && (cd "$tmp" && apt-get download -qq mdadm 2>/dev/null); } ||
 		die "apt-get download mdadm failed"
 	dpkg -x "$tmp"/mdadm_*.deb "$tmp/x"
 	mkdir -p "$out"
-	cp "$tmp/x/sbin/mdadm" "$out/mdadm"
+	# Whole or not at all: a copy cut short (a full disk) is never taken
+	# for the tool by the next run.
+	cp "$tmp/x/sbin/mdadm" "$out/mdadm.tmp"
+	mv -f "$out/mdadm.tmp" "$out/mdadm"
 fi
 cp /usr/sbin/dmsetup "$out/dmsetup"
 echo "$out"

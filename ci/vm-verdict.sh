@@ -11,10 +11,17 @@ ok() { n=$((n + 1)); echo "ok $n - $*"; }
 notok() { n=$((n + 1)); echo "not ok $n - $*"; }
 
 echo "# suite: vm"
-read -r rc secs <"$run/qemu.rc" 2>/dev/null || { rc=255; secs=0; }
+read -r rc secs limit <"$run/qemu.rc" 2>/dev/null || { rc=255; secs=0; }
 case "$rc" in
 0) ok "QEMU exited by itself after ${secs} s" ;;
-124 | 137) notok "guest timed out after ${secs} s (P2PDIRECT_VM_TIMEOUT)" ;;
+124) notok "guest timed out after ${secs} s (P2PDIRECT_VM_TIMEOUT)" ;;
+# SIGKILL: timeout's -k at the limit (QEMU ignored SIGTERM), or another
+# killer (the OOM killer) before it.
+137) if [ "$secs" -ge "${limit:-0}" ]; then
+	notok "guest timed out after ${secs} s (P2PDIRECT_VM_TIMEOUT), killed"
+else
+	notok "QEMU was killed (SIGKILL: the OOM killer?) after ${secs} s, before the ${limit} s limit"
+fi ;;
 *) notok "QEMU failed (rc $rc): $(tail -n 3 "$run/qemu.out" | tr '\n' ' ')" ;;
 esac
 if grep -q 'reboot: Power down' "$run/console.log" 2>/dev/null; then

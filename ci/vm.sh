@@ -51,6 +51,10 @@ timeout_s=${P2PDIRECT_VM_TIMEOUT:-$((1500 + ${FUZZ_SECONDS:-0}))}
 # 2 in 40 bare boots of the 7.3 debug kernel and 1 in 40 of 7.2; none in 40
 # with no5lvl.
 append="console=ttyS0 loglevel=7 panic=-1 oops=panic no5lvl p2p_mode=$mode${P2PDIRECT_ONLY:+ p2p_only=$P2PDIRECT_ONLY}"
+case "${P2PDIRECT_ACCEL:-auto}" in
+auto | kvm | tcg) ;;
+*) die "P2PDIRECT_ACCEL=$P2PDIRECT_ACCEL: auto, kvm or tcg" ;;
+esac
 for v in FUZZ_SEED FUZZ_SECONDS FUZZ_THREADS; do
 	val=${!v:-}
 	[ -n "$val" ] || continue
@@ -241,9 +245,11 @@ printf '%q ' "${qemu[@]}" >"$run/qemu.cmd"
 log "booting VM ($mode, $accel); run dir $run"
 start=$(date +%s)
 set +e
-timeout -k 10 "$timeout_s" "${qemu[@]}" </dev/null >"$run/qemu.out" 2>&1
+# --foreground: QEMU stays in the terminal's process group, so Ctrl-C
+# stops the guest too, not only this script.
+timeout --foreground -k 10 "$timeout_s" "${qemu[@]}" </dev/null >"$run/qemu.out" 2>&1
 rc=$?
 set -e
-echo "$rc $(($(date +%s) - start))" >"$run/qemu.rc"
+echo "$rc $(($(date +%s) - start)) $timeout_s" >"$run/qemu.rc"
 log "VM exited rc=$rc after $(($(date +%s) - start)) s"
 echo "$run"

@@ -323,6 +323,25 @@ p2pd_bench_bad_out() {
 	[ $rc -eq 1 ] && grep -q '^p2pd: /nonexistent/b.json: No such file or directory' /tmp/err &&
 		[ ! -s /tmp/bench.out ] && ! grep -q '^seq-read-4K ' /tmp/err
 }
+# bench --out to what is no regular file (/dev/null, a pipe as
+# /proc/self/fd/3): written, not emptied first (ftruncate refuses such
+# files); the JSON arrives whole through the pipe.
+p2pd_bench_out_not_a_file() {
+	/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 --rounds 1 \
+		--threads 1 --qd 1 --only 'p2pdirect seq-read-4K' --out /dev/null >/dev/null 2>/tmp/err
+	rc=$?
+	cat /tmp/err
+	[ $rc -eq 0 ] || return 1
+	{
+		/tests/p2pd bench --dev "$(ns_dev 1)" --offset 56M --size 8M --seconds 0.1 \
+			--rounds 1 --threads 1 --qd 1 --only 'p2pdirect seq-read-4K' \
+			--out /proc/self/fd/3 3>&1 >/dev/null 2>/tmp/err
+		echo $? >/tmp/bench-pipe.rc
+	} | cat >/tmp/bench-pipe.out
+	rc=$(cat /tmp/bench-pipe.rc)
+	cat /tmp/err
+	[ $rc -eq 0 ] && grep -q '"seconds_per_run":0.1,' /tmp/bench-pipe.out
+}
 # --threads 1: the 4 KiB runs once each, no "-t1" run, no target for one;
 # --qd 8,8 --qd 8 runs QD 8 once (repeated --qd add up, duplicates drop).
 p2pd_bench_one_thread() {
@@ -641,6 +660,8 @@ p2pd_suite() {
 	check "p2pd bench --json: stdout is the JSON alone, the table on stderr, every round's IOPS" p2pd_bench_json
 	check "p2pd bench with a failed run: its error row, exit 1" p2pd_bench_failed_run
 	check "p2pd bench --out to a path that cannot be written: refused before any run" p2pd_bench_bad_out
+	check "p2pd bench --out /dev/null and --out a pipe: written, exit 0" \
+		p2pd_bench_out_not_a_file
 	check "p2pd bench --threads 1 --qd 8,8: each run once, no -t1 run" p2pd_bench_one_thread
 	check "p2pd with a word that is not UTF-8: refused, exit 2, no panic; --out takes any file name" \
 		p2pd_not_utf8

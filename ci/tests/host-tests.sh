@@ -60,6 +60,66 @@ left=$(ls "$runs" | sort -V | tr '\n' ' ')
 	notok "pruning keeps the 9 newest runs (left: $left)"
 (set -euo pipefail; prune_runs "$tmp/missing" 9) && ok "pruning a missing dir is a no-op" ||
 	notok "pruning a missing dir is a no-op"
+# Names with spaces: whole paths removed, never a prefix of one ("my"
+# beside "my runs").
+spaced="$tmp/my runs"
+mkdir -p "$spaced" "$tmp/my"
+for i in 1 2 3; do mkdir "$spaced/run $i" && touch -d "@$((1000000 + i))" "$spaced/run $i"; done
+(set -euo pipefail; prune_runs "$spaced" 1)
+left=$(ls "$spaced" | tr '\n' '/')
+[ "$left" = "run 3/" ] && [ -d "$tmp/my" ] && ok "pruning paths with spaces removes those runs only" ||
+	notok "pruning paths with spaces removes those runs only (left: '$left', $tmp/my: $([ -d "$tmp/my" ] && echo kept || echo removed))"
+echo "1..$n"
+
+echo "# suite: host-lib"
+n=0
+# A relative cache path is made absolute (kernel makes run with -C).
+got=$(cd "$tmp" && P2PDIRECT_CACHE=rel-cache bash -c '. "$1/lib.sh" && echo "$P2P_CACHE"' _ "$ci")
+[ "$got" = "$tmp/rel-cache" ] && ok "a relative P2PDIRECT_CACHE is made absolute" ||
+	notok "a relative P2PDIRECT_CACHE is made absolute (got '$got')"
+# sbin on the PATH of a user whose PATH lacks it (mkfs.xfs, mdadm).
+got=$(PATH=/usr/bin:/bin P2PDIRECT_CACHE="$tmp/c" bash -c '. "$1/lib.sh" && command -v mkfs.ext4' _ "$ci")
+[ -n "$got" ] && ok "sbin tools found with a PATH without sbin ($got)" ||
+	notok "sbin tools found with a PATH without sbin"
+# HOME unset and no cache given: an error that names both, exit non-zero.
+out=$(env -u HOME -u P2PDIRECT_CACHE -u XDG_CACHE_HOME bash -c '. "$1/lib.sh"; echo reached' _ "$ci" 2>&1)
+rc=$?
+[ $rc -ne 0 ] && echo "$out" | grep -q 'P2PDIRECT_CACHE or HOME' && ! echo "$out" | grep -q reached &&
+	ok "HOME unset without P2PDIRECT_CACHE: an error naming both" ||
+	notok "HOME unset without P2PDIRECT_CACHE: an error naming both (rc $rc: $out)"
+# lock_cache: a second run waits, saying so, until the first is gone.
+P2PDIRECT_CACHE="$tmp/c" bash -c '. "$1/lib.sh" && lock_cache build-x && touch "$2" && sleep 2' _ "$ci" "$tmp/held" &
+holder=$!
+for _ in $(seq 50); do [ -e "$tmp/held" ] && break; sleep 0.1; done
+t0=$(date +%s%N)
+P2PDIRECT_CACHE="$tmp/c" bash -c '. "$1/lib.sh" && lock_cache build-x' _ "$ci" 2>"$tmp/lock.err"
+rc=$?
+waited=$((($(date +%s%N) - t0) / 1000000))
+wait "$holder"
+[ $rc -eq 0 ] && [ "$waited" -ge 1000 ] && grep -q 'waiting for another run that is using build-x' "$tmp/lock.err" &&
+	ok "lock_cache: a second run waits for the first, and says so (${waited} ms)" ||
+	notok "lock_cache: a second run waits for the first, and says so (rc $rc, ${waited} ms: $(cat "$tmp/lock.err"))"
+P2PDIRECT_CACHE="$tmp/c" bash -c '. "$1/lib.sh" && lock_cache build-x' _ "$ci" 2>"$tmp/lock.err" && [ ! -s "$tmp/lock.err" ] &&
+	ok "lock_cache: a free entry is taken at once, silently" ||
+	notok "lock_cache: a free entry is taken at once, silently"
+# vm.sh refuses an unknown accelerator before building or booting anything.
+out=$(P2PDIRECT_ACCEL=kvmm P2PDIRECT_CACHE="$tmp/c" timeout 20 "$ci/vm.sh" check 2>&1)
+rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q 'P2PDIRECT_ACCEL=kvmm: auto, kvm or tcg' &&
+	ok "vm.sh: an unknown P2PDIRECT_ACCEL is refused at once, naming the choices" ||
+	notok "vm.sh: an unknown P2PDIRECT_ACCEL is refused at once, naming the choices (rc $rc: $(echo "$out" | tail -n 2))"
+# vm-verdict.sh: a QEMU killed (SIGKILL) before its limit is no time-out.
+vmrun="$tmp/vmrun"
+mkdir -p "$vmrun"
+echo 'reboot: Power down' >"$vmrun/console.log"
+: >"$vmrun/qemu.out"
+verdict() { echo "$1" >"$vmrun/qemu.rc"; "$ci/vm-verdict.sh" "$vmrun" | grep '^not ok 1 '; }
+verdict "137 30 1500" | grep -q 'QEMU was killed (SIGKILL' &&
+	ok "vm-verdict: SIGKILL before the limit is reported as a kill, not a time-out" ||
+	notok "vm-verdict: SIGKILL before the limit is reported as a kill, not a time-out ($(verdict "137 30 1500"))"
+verdict "137 1510 1500" | grep -q 'timed out after 1510 s' && verdict "124 1500 1500" | grep -q 'timed out' &&
+	ok "vm-verdict: 124, or SIGKILL at the limit, is a time-out" ||
+	notok "vm-verdict: 124, or SIGKILL at the limit, is a time-out"
 echo "1..$n"
 
 echo "# suite: host-hostcheck"

@@ -1280,8 +1280,11 @@ pub fn run(dev: &Device, args: &Args) -> Result<(), String> {
     }
     let text = j.end();
     // The file first: a standard output that fails ends p2pd.
+    // Only a regular file is emptied: a pipe, a terminal or /dev/null
+    // (`--out /dev/stdout`) cannot be, and needs not.
     if let Some((path, mut file)) = json_file {
-        file.set_len(0)
+        file.metadata()
+            .and_then(|m| if m.is_file() { file.set_len(0) } else { Ok(()) })
             .and_then(|()| file.write_all(text.as_bytes()))
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }

@@ -44,7 +44,7 @@ impl WorkQueue {
         // under a macro that only tags the allocation for profiling.)
         let wq = unsafe {
             bindings::alloc_workqueue_noprof(
-                c"p2pdirect".as_ptr().cast(),
+                c"p2pdirect".as_char_ptr(),
                 bindings::wq_flags_WQ_UNBOUND,
                 0,
             )

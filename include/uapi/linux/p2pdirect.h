@@ -876,10 +876,13 @@ struct p2pdirect_stats {
  * negative: a short READ does not stop the WRITE linked after it (test res
  * against @size where it matters), and IORING_OP_LINK_TIMEOUT cannot
  * cancel a command issued inline (the command runs on, as with
- * IORING_OP_ASYNC_CANCEL below). A raw WRITE on an fd opened O_DSYNC or O_SYNC issued through
- * io_uring is made durable by its FUA bios alone, as the block layer's own
- * asynchronous direct writes are: no cache flush follows it (the ioctl
- * sends one, see WRITE), so no flush error can fail it.
+ * IORING_OP_ASYNC_CANCEL below). A raw WRITE on an fd opened O_DSYNC or
+ * O_SYNC issued through io_uring is made durable by its FUA bios alone, as
+ * the block layer's own asynchronous direct writes are: no cache flush
+ * follows it (the ioctl sends one, see WRITE), so no flush error can fail
+ * it; a COMPAT one runs the ioctl's path in io_uring's worker, flush
+ * included. A command submitted with IOSQE_ASYNC is issued by io_uring's
+ * worker, as a COMPAT one is (see below).
  * With 32-byte CQEs (IORING_SETUP_CQE32), big_cqe[0] holds the counts the
  * ioctls return in struct p2pdirect_io: bits 0-31 p2p_bytes, bits 32-63
  * bounce_bytes (one I/O moves less than 2 GiB); zeroed_bytes is bytes -

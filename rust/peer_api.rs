@@ -194,10 +194,16 @@ impl Context for ExternalCtx {
 
     fn dma_map(&mut self, dev: &DmaDevice) -> Result<KVec<DmaSeg>> {
         let pci = dev.pci().ok_or(ENODEV)?;
-        let list = self.fc()?.dma_map(pci.as_pci())?;
-        let mut out = KVec::with_capacity(list.len(), GFP_KERNEL)?;
+        let fc = self.fc()?;
+        let list = fc.dma_map(pci.as_pci())?;
+        let Ok(mut out) = KVec::with_capacity(list.len(), GFP_KERNEL) else {
+            // Not reported as mapped: the client's mapping goes too.
+            fc.dma_unmap();
+            return Err(ENOMEM);
+        };
         for (addr, len) in list {
-            out.push(DmaSeg { addr, len }, GFP_KERNEL)?;
+            // Within the capacity reserved above.
+            let _ = out.push_within_capacity(DmaSeg { addr, len });
         }
         Ok(out)
     }
@@ -442,9 +448,14 @@ impl KernelApi for Api {
             return Err(EBUSY);
         }
         let segs = claim.dma_map(&DmaDevice::of_pci(dev))?;
-        let mut out = KVec::with_capacity(segs.len(), GFP_KERNEL)?;
+        let Ok(mut out) = KVec::with_capacity(segs.len(), GFP_KERNEL) else {
+            // The caller is told the map failed: it must not stay mapped.
+            claim.dma_unmap();
+            return Err(ENOMEM);
+        };
         for s in segs.iter() {
-            out.push((s.addr, s.len), GFP_KERNEL)?;
+            // Within the capacity reserved above.
+            let _ = out.push_within_capacity((s.addr, s.len));
         }
         Ok(out)
     }

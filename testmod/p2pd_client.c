@@ -125,8 +125,12 @@ static int client_acquire(unsigned long addr, size_t size, void *peer_mem_privat
 	max = !vma ? 0 :
 	      vma->vm_ops == &mem_vm_ops ? P2PD_CLIENT_PAGES :
 	      vma->vm_ops == &big_vm_ops ? P2PD_CLIENT_BIG_PAGES : 0;
-	/* Whole pages of one of its mappings (whose offset is its page index). */
-	if (max && size <= vma->vm_end - addr && !((addr | size) & ~PAGE_MASK) && size &&
+	/*
+	 * Any range inside one of its mappings (whose offset is its page
+	 * index); get_pages pins and dma_map maps the whole pages it touches,
+	 * as OFED's clients do (nvidia-peermem: 64 KiB GPU pages).
+	 */
+	if (max && size && size <= vma->vm_end - addr &&
 	    vma->vm_pgoff + ((vma->vm_end - vma->vm_start) >> PAGE_SHIFT) <= max) {
 		ctx = kzalloc_obj(*ctx);
 		if (ctx) {
@@ -148,7 +152,7 @@ static int client_get_pages(unsigned long addr, size_t size, int write, int forc
 			    struct sg_table *sg_head, void *client_context, u64 core_context)
 {
 	struct client_ctx *ctx = client_context;
-	unsigned int n = size >> PAGE_SHIFT, i;
+	unsigned int n = (PAGE_ALIGN(addr + size) - (addr & PAGE_MASK)) >> PAGE_SHIFT, i;
 	struct scatterlist *sg;
 	int ret;
 

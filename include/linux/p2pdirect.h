@@ -35,11 +35,20 @@ struct sg_table;
  * @acquire: 1 if the client owns [@addr, @addr + @size) of the calling
  *	process (it sets *@client_context), 0 to decline, -errno on failure;
  *	@peer_mem_private_data and @peer_mem_name are NULL
- * @get_pages: pins the range (for writing if @write) into @sg_head (zeroed
- *	storage the client fills, with sg_alloc_table() or not); @core_context
- *	names this claim in the invalidation callback; 0 or -errno
+ * @get_pages: pins the range (for writing if @write; @force is always 1)
+ *	into @sg_head (zeroed storage the client fills, with sg_alloc_table()
+ *	or not); @core_context names this claim in the invalidation callback;
+ *	0 or -errno
  * @dma_map: maps the pinned range for @dma_device into @sg_head's DMA
- *	entries and sets *@nmap to their count; 0 or -errno
+ *	entries and sets *@nmap to their count; 0 or -errno. The entries may
+ *	cover the whole pages (of @get_page_size) the range touches, as OFED's
+ *	clients' do: p2pdirect then cuts them to the range for its consumers,
+ *	as OFED's core does; entries of any other total length are passed on
+ *	as they are. Between one get_pages and its put_pages, dma_map may be
+ *	called again after dma_unmap (a consumer that unmaps and maps again,
+ *	or an -E2BIG retry), possibly for another device, on the same
+ *	@sg_head, which is not zeroed in between (OFED maps once): whatever a
+ *	dma_map allocates, its dma_unmap must free
  * @dma_unmap: undoes @dma_map
  * @put_pages: undoes @get_pages (frees what it put in @sg_head)
  * @get_page_size: the page size of the memory behind the context
@@ -170,14 +179,19 @@ struct p2pdirect_peer_mem *p2pdirect_peer_get(unsigned long addr, size_t size, b
 
 /*
  * Maps the range for @dev (a PCI function) into @segs (at most @max_segs):
- * the number of segments, or -EREMOTEIO (@dev cannot reach the memory; for
+ * segments of exactly the range's bytes, the first at the bus address of
+ * its first byte (whatever pages the client maps, see its dma_map); the
+ * number of segments, or -EREMOTEIO (@dev cannot reach the memory; for
  * another module's client, whatever its dma_map returns),
  * -E2BIG (more than @max_segs segments), -EBUSY (already mapped), -ESTALE
  * (invalidated), -ENODEV (@dev is not a PCI function), -ENOMEM, or what the
  * DMA API's dma_map_sgtable() returns when the path goes through the host
  * bridge and an IOMMU (-EIO, -EINVAL). A mapping is for both directions
  * whatever @write was. The segments may be invalidated before they are
- * returned (see p2pdirect_peer_get()).
+ * returned (see p2pdirect_peer_get()). A failed map leaves nothing mapped.
+ * This call, p2pdirect_peer_dma_unmap() and p2pdirect_peer_page_size()
+ * take a lock of the range and call the client: process context only,
+ * they may sleep.
  */
 int p2pdirect_peer_dma_map(struct p2pdirect_peer_mem *mem, struct device *dev,
 			   struct p2pdirect_peer_seg *segs, unsigned int max_segs);

@@ -156,7 +156,16 @@ impl ForeignCtx {
         }
     }
 
-    /// Maps the pinned range for `dev`: its DMA segments (address, length).
+    /// Maps the pinned range for `dev`: its DMA segments (address, length),
+    /// covering the range's bytes exactly.
+    ///
+    /// A client maps whole pages of its page size, from the one holding the
+    /// range's first byte to the one holding its last (OFED's contract:
+    /// nvidia-peermem's entries are whole 64 KiB GPU pages); OFED's core
+    /// trims its entries to the range (`fix_peer_sgls`), and so does this:
+    /// segments that cover exactly those pages are cut to the range, and
+    /// segments of any other total length are given as the client made
+    /// them (a client that maps the range's bytes only).
     pub(crate) fn dma_map(&mut self, dev: &pci::Device) -> Result<KVec<(u64, u64)>> {
         if self.mapped.is_some() {
             return Err(EBUSY);
@@ -170,7 +179,10 @@ impl ForeignCtx {
         to_result(unsafe { f(sg, self.ctx, raw_dev, 0, &mut nmap) })?;
         self.mapped = Some(dev.into());
         let n = usize::try_from(nmap).unwrap_or(0);
-        let Ok(mut out) = KVec::with_capacity(n, GFP_KERNEL) else {
+        let (Ok(mut raw), Ok(mut out)) = (
+            KVec::with_capacity(n, GFP_KERNEL),
+            KVec::with_capacity(n, GFP_KERNEL),
+        ) else {
             self.dma_unmap();
             return Err(ENOMEM);
         };
@@ -179,9 +191,19 @@ impl ForeignCtx {
         let table = unsafe { SGTable::from_raw(sg) };
         for e in table.iter().take(n) {
             // Within the capacity reserved above.
-            let _ = out.push_within_capacity((e.dma_address(), e.dma_len()));
+            let _ = raw.push_within_capacity((e.dma_address(), e.dma_len()));
         }
-        Ok(out)
+        let (addr, size) = (self.addr as u64, self.size as u64);
+        match page_margins(addr, size, self.page_size()) {
+            Some((head, tail))
+                if raw.iter().fold(0u64, |t, s| t.saturating_add(s.1))
+                    == size.saturating_add(head).saturating_add(tail) =>
+            {
+                window(&raw, head, size, &mut out);
+                Ok(out)
+            }
+            _ => Ok(raw),
+        }
     }
 
     /// Undoes `dma_map` (nothing if not mapped).
@@ -691,3 +713,77 @@ macro_rules! kernel_api {
     };
 }
 pub(crate) use kernel_api;
+
+/// The bytes before `addr` in its page of `page` bytes, and after the
+/// range's last byte in that one's: what whole pages add to the range.
+/// `None` for a page size that is no power of two.
+fn page_margins(addr: u64, size: u64, page: u64) -> Option<(u64, u64)> {
+    if !page.is_power_of_two() {
+        return None;
+    }
+    let end = addr.checked_add(size)?;
+    let mask = page - 1;
+    Some((addr & mask, end.wrapping_neg() & mask))
+}
+
+/// Pushes to `out` the part of `segs` (laid end to end) from byte `skip` on,
+/// `len` bytes long; `out` has room for as many segments as `segs`.
+fn window(segs: &[(u64, u64)], skip: u64, len: u64, out: &mut KVec<(u64, u64)>) {
+    let end = skip.saturating_add(len);
+    let mut at = 0u64;
+    for &(addr, n) in segs {
+        let (from, to) = (at.max(skip), at.saturating_add(n).min(end));
+        if from < to {
+            // At most one entry per segment: within the caller's capacity.
+            let _ = out.push_within_capacity((addr + (from - at), to - from));
+        }
+        at = at.saturating_add(n);
+    }
+}
+
+#[kernel::macros::kunit_tests(p2pdirect_peer_client)]
+mod tests {
+    use super::*;
+
+    fn cut(segs: &[(u64, u64)], skip: u64, len: u64) -> KVec<(u64, u64)> {
+        let mut out = KVec::with_capacity(segs.len(), GFP_KERNEL).expect("test allocation");
+        window(segs, skip, len, &mut out);
+        out
+    }
+
+    #[test]
+    fn margins_of_whole_pages() {
+        assert_eq!(page_margins(0x10000, 0x10000, 0x10000), Some((0, 0)));
+        assert_eq!(
+            page_margins(0x11000, 0x2000, 0x10000),
+            Some((0x1000, 0xd000))
+        );
+        assert_eq!(page_margins(0x1064, 0x2000, 0x1000), Some((0x64, 0xf9c)));
+        assert_eq!(page_margins(0, 1, 3), None);
+        assert_eq!(page_margins(u64::MAX, 2, 0x1000), None);
+    }
+
+    #[test]
+    fn window_cuts_the_first_and_last_segments() {
+        // One 64 KiB page holding a 0x2000-byte range at 0x1000.
+        assert_eq!(
+            &cut(&[(0xa0000, 0x10000)], 0x1000, 0x2000)[..],
+            &[(0xa1000, 0x2000)]
+        );
+        // Three pages, the range from 0x64 into the first to 0x9c before
+        // the end of the third.
+        assert_eq!(
+            &cut(&[(0x1000, 0x1000), (0x5000, 0x2000)], 0x64, 0x2f38)[..],
+            &[(0x1064, 0xf9c), (0x5000, 0x1f9c)]
+        );
+        // Leading and trailing segments the range does not reach go.
+        assert_eq!(
+            &cut(
+                &[(0x1000, 0x1000), (0x8000, 0x1000), (0x9000, 0x1000)],
+                0x1000,
+                0x800
+            )[..],
+            &[(0x8000, 0x800)]
+        );
+    }
+}

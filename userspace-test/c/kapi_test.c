@@ -538,6 +538,45 @@ static int client_claims(void)
 }
 
 /*
+ * Another module's client maps the whole pages a range touches (OFED's
+ * contract; nvidia-peermem's are 64 KiB GPU pages). DMA_PROBE, like
+ * p2pdirect_peer_dma_map(), gives the range's bytes only, as OFED's core
+ * trims the entries: a range from 100 bytes into the client's first page
+ * to 300 bytes before the end of its third gets segments of exactly its
+ * size, the first starting 100 bytes into the first page (whose bus
+ * address DMA_PROBE of the whole pages gives). Before, the client's whole
+ * pages: 3 pages from the first page's start.
+ */
+TEST_F(ka, outside_client_segments_cover_the_range_only)
+{
+	struct p2pdirect_dma_seg segs[8], whole[8];
+	struct p2pdirect_dma_probe pr, pw;
+	__u64 total = 0;
+	int mem;
+	void *p = probe_client_memory(_metadata, self->fd, self->ns_fd, CLIENT_MEM, &mem, &pw, whole);
+
+	ASSERT_NE(MAP_FAILED, p);
+	ASSERT_EQ((__u32)P2PDIRECT_CLIENT_EXTERNAL, pw.client);
+	ASSERT_GE(pw.count, 1u);
+	memset(&pr, 0, sizeof(pr));
+	pr.addr = (uintptr_t)p + 100;
+	pr.size = 3 * PAGE - 400;
+	pr.fd = self->ns_fd;
+	pr.segs = (uintptr_t)segs;
+	pr.capacity = 8;
+	ASSERT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DMA_PROBE, &pr)) TH_LOG("%s", strerror(errno));
+	EXPECT_EQ((__u32)P2PDIRECT_CLIENT_EXTERNAL, pr.client);
+	ASSERT_GE(pr.count, 1u);
+	ASSERT_LE(pr.count, 8u);
+	for (unsigned int i = 0; i < pr.count; i++)
+		total += segs[i].len;
+	EXPECT_EQ(3 * PAGE - 400, total);
+	EXPECT_EQ(whole[0].addr + 100, segs[0].addr);
+	munmap(p, 4 * PAGE);
+	close(mem);
+}
+
+/*
  * max_pinned_mib bounds every pin a user's call makes, of another module's
  * memory too: a DMA_PROBE one page over it is refused (EDQUOT) before the
  * client is asked for the pages; one of exactly the cap is mapped. Before,

@@ -10,13 +10,11 @@ set -euo pipefail
 out="$P2P_CACHE/guest-tools"
 if [ ! -x "$out/mdadm" ]; then
 	log "fetching mdadm for the guest"
-	sudo=
-	[ "$(id -u)" -eq 0 ] || sudo=sudo
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
 	# The host's package index may be stale or empty: refresh it once if needed.
 	(cd "$tmp" && apt-get download -qq mdadm 2>/dev/null) ||
-		{ $sudo apt-get update -qq && (cd "$tmp" && apt-get download -qq mdadm 2>/dev/null); } ||
+		{ $SUDO apt-get update -qq && (cd "$tmp" && apt-get download -qq mdadm 2>/dev/null); } ||
 		die "apt-get download mdadm failed"
 	dpkg -x "$tmp"/mdadm_*.deb "$tmp/x"
 	mkdir -p "$out"

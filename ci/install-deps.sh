@@ -19,16 +19,14 @@ for p in "${pkgs[@]}"; do
 		missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-	sudo=""
-	[ "$(id -u)" -eq 0 ] || sudo=sudo
 	log "installing Debian packages: ${missing[*]}"
-	$sudo apt-get update -qq
+	$SUDO apt-get update -qq
 	# One retry: an interrupted dpkg run leaves work that a second pass finishes.
 	for try in 1 2; do
-		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+		DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
 			"${missing[@]}" >/dev/null && break
 		[ "$try" = 2 ] && die "apt-get install failed"
-		$sudo dpkg --configure -a || true
+		$SUDO dpkg --configure -a || true
 	done
 fi
 

@@ -11,6 +11,9 @@ P2P_CACHE=$(cd "$P2P_CACHE" && pwd)
 # PATH may lack (they run through sudo, or as root).
 case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin" ;; esac
 case ":$PATH:" in *:/sbin:*) ;; *) PATH="$PATH:/sbin" ;; esac
+# What runs as root (apt-get update and install) goes through $SUDO.
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
 
 # The kernel and the module must be built by the same toolchain: Debian's rustc
 # (it ships the core/alloc sources the kernel needs) and clang 19 (KASAN with

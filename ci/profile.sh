@@ -12,11 +12,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 . "$here/lib.sh"
 if ! command -v perf >/dev/null; then
-	sudo=""
-	[ "$(id -u)" -eq 0 ] || sudo=sudo
 	log "installing Debian's linux-perf (the guest runs the host's perf)"
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends linux-perf \
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends linux-perf \
 		>/dev/null || die "apt-get install linux-perf failed"
 fi
 export P2PDIRECT_KERNEL=bench

@@ -644,7 +644,7 @@ p2pd_in_use() {
 }
 p2pd_bad_qd() {
 	/tests/p2pd bench --qd 0 2>/tmp/err
-	[ $? -eq 2 ] && grep -q -- '--qd must be 1..256' /tmp/err
+	[ $? -eq 2 ] && grep -q -- "--qd takes a whole number 1..256 ('0' given)" /tmp/err
 }
 p2pd_suite() {
 	say "# suite: p2pd"

@@ -101,6 +101,40 @@ pub fn options_of(cmd: &str) -> Option<&'static [&'static str]> {
     })
 }
 
+/// A whole number as p2pd takes it: decimal digits, or `0x` or `0X` and
+/// hex digits; no sign, space or `_` (Rust's own parser takes a leading
+/// `+`, which p2pd refuses like any other stray character).
+fn parse_whole(s: &str) -> Result<u64, std::num::IntErrorKind> {
+    use std::num::IntErrorKind;
+    let (digits, radix) = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => (h, 16),
+        None => (s, 10),
+    };
+    if digits.is_empty() {
+        return Err(IntErrorKind::Empty);
+    }
+    if !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(IntErrorKind::InvalidDigit);
+    }
+    u64::from_str_radix(digits, radix).map_err(|e| *e.kind())
+}
+
+/// A count given to option `opt`: a whole number in `range`, or a
+/// message that repeats the value and says what is taken.
+fn parse_count(opt: &str, v: &str, range: std::ops::RangeInclusive<u32>) -> Result<u32, String> {
+    parse_whole(v)
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            format!(
+                "{opt} takes a whole number {}..{} ('{v}' given)",
+                range.start(),
+                range.end()
+            )
+        })
+}
+
 /// `4096`, `128k`, `1M`, `4m`, `0x1000`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let (num, mult) = match s.as_bytes().last() {
@@ -109,11 +143,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
         _ => (s, 1),
     };
-    let v = match num.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16),
-        None => num.parse::<u64>(),
-    }
-    .map_err(|e| match e.kind() {
+    let v = parse_whole(num).map_err(|e| match e {
         std::num::IntErrorKind::PosOverflow => format!("'{s}' is too big"),
         _ => format!(
             "'{s}' is not a size (a number of bytes, decimal or 0x hex, with an optional \
@@ -279,10 +309,16 @@ impl Args {
                 "--records" => a.records = true,
                 "--dev" => a.dev = Some(value_str(&mut it, opt)?.to_string()),
                 "--gpu" => {
+                    let v = value_str(&mut it, opt)?;
                     a.gpu = Some(
-                        value_str(&mut it, opt)?
-                            .parse()
-                            .map_err(|_| "--gpu takes an index")?,
+                        parse_whole(v)
+                            .ok()
+                            .and_then(|n| u32::try_from(n).ok())
+                            .ok_or_else(|| {
+                                format!(
+                                    "--gpu takes an index, as `p2pd list` shows it ('{v}' given)"
+                                )
+                            })?,
                     )
                 }
                 "--offset" | "--size" => {
@@ -296,46 +332,47 @@ impl Args {
                     }
                 }
                 "--seconds" => {
-                    let s: f64 = value_str(&mut it, opt)?
-                        .parse()
-                        .map_err(|_| "--seconds takes a number")?;
+                    let v = value_str(&mut it, opt)?;
+                    // Digits and one point only: f64's parser also takes
+                    // `+1`, `1e3`, `inf` and `NaN`.
+                    let s = Some(v)
+                        .filter(|v| {
+                            v.bytes().any(|b| b.is_ascii_digit())
+                                && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+                        })
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .ok_or_else(|| {
+                            format!("--seconds takes a number such as 2 or 0.5 ('{v}' given)")
+                        })?;
                     if !(MIN_SECONDS..MAX_SECONDS).contains(&s) {
                         return Err(format!(
-                            "--seconds must be at least {MIN_SECONDS} and under {MAX_SECONDS}"
+                            "--seconds must be at least {MIN_SECONDS} and under {MAX_SECONDS} ('{v}' given)"
                         ));
                     }
                     a.seconds = Some(s)
                 }
                 "--threads" => {
-                    let n: usize = value_str(&mut it, opt)?
-                        .parse()
-                        .map_err(|_| "--threads takes a number")?;
-                    if !(1..=64).contains(&n) {
-                        return Err("--threads must be 1..64".into());
-                    }
-                    a.threads = Some(n)
+                    let n = parse_count(opt, value_str(&mut it, opt)?, 1..=64)?;
+                    a.threads = Some(n as usize)
                 }
                 "--out" => a.out = Some(PathBuf::from(value(&mut it, opt)?)),
                 "--only" => a.only.push(value_str(&mut it, opt)?.to_string()),
                 "--rounds" => {
-                    let n: usize = value_str(&mut it, opt)?
-                        .parse()
-                        .map_err(|_| "--rounds takes a number")?;
-                    if !(1..=15).contains(&n) || n.is_multiple_of(2) {
-                        return Err("--rounds must be odd, 1..15 (the median round is kept)".into());
+                    let v = value_str(&mut it, opt)?;
+                    let n = parse_count(opt, v, 1..=15)?;
+                    if n.is_multiple_of(2) {
+                        return Err(format!(
+                            "--rounds must be odd, 1..15 (the median round is kept; '{v}' given)"
+                        ));
                     }
-                    a.rounds = Some(n)
+                    a.rounds = Some(n as usize)
                 }
                 // Repeated, the depths add up: `--qd 1,4 --qd 16` runs three.
                 "--qd" => {
                     for q in value_str(&mut it, opt)?.split(',') {
-                        let n: u32 = q.parse().map_err(|_| "--qd takes numbers: 32 or 1,4,16")?;
-                        if !(1..=p2pdirect::uring::MAX_INFLIGHT).contains(&n) {
-                            return Err(format!(
-                                "--qd must be 1..{}",
-                                p2pdirect::uring::MAX_INFLIGHT
-                            ));
-                        }
+                        let n = parse_count(opt, q, 1..=p2pdirect::uring::MAX_INFLIGHT).map_err(
+                            |e| format!("{e}; depths are comma-separated: 32 or 1,4,16"),
+                        )?;
                         // `--qd 4,4` runs QD 4 once.
                         if !a.qd.contains(&n) {
                             a.qd.push(n);
@@ -1138,6 +1175,71 @@ pub(crate) mod tests {
             .unwrap_err()
             .contains("too big"));
         assert!(parse_size("ÿ").is_err());
+        assert_eq!(parse_size("0X1000"), Ok(4096));
+        assert_eq!(parse_size("0x10k"), Ok(16 << 10));
+        for bad in ["+4096", "-1", "0x+10", "0x", "k", " 4096", "4_096", "1.5M"] {
+            assert!(
+                parse_size(bad).unwrap_err().contains(&format!("'{bad}'")),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn counts_are_digits_and_errors_repeat_the_value() {
+        let run = |w: &[&str]| match parse(w) {
+            Ok(CommandLine::Run(_, a)) => Ok(a),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        let a = run(&[
+            "bench",
+            "--threads",
+            "0x4",
+            "--rounds",
+            "3",
+            "--qd",
+            "1,0X10",
+        ])
+        .unwrap();
+        assert_eq!((a.threads, a.rounds, a.qd), (Some(4), Some(3), vec![1, 16]));
+        assert_eq!(run(&["verify", "--gpu", "1"]).unwrap().gpu, Some(1));
+        assert_eq!(
+            run(&["bench", "--seconds", "0.5"]).unwrap().seconds,
+            Some(0.5)
+        );
+        for (w, msg) in [
+            (
+                ["bench", "--threads", "+4"],
+                "--threads takes a whole number 1..64 ('+4' given)",
+            ),
+            (
+                ["bench", "--threads", "65"],
+                "--threads takes a whole number 1..64 ('65' given)",
+            ),
+            (["bench", "--rounds", "4"], "'4' given"),
+            (
+                ["bench", "--rounds", "x"],
+                "--rounds takes a whole number 1..15 ('x' given)",
+            ),
+            (
+                ["bench", "--qd", "4,+8"],
+                "('+8' given); depths are comma-separated",
+            ),
+            (["bench", "--qd", "4,,8"], "('' given)"),
+            (
+                ["verify", "--gpu", "+1"],
+                "--gpu takes an index, as `p2pd list` shows it ('+1' given)",
+            ),
+            (["verify", "--gpu", "4294967296"], "('4294967296' given)"),
+            (["bench", "--seconds", "inf"], "('inf' given)"),
+            (["bench", "--seconds", "1e3"], "('1e3' given)"),
+            (["bench", "--seconds", "+2"], "('+2' given)"),
+            (["bench", "--seconds", "5000"], "under 3600 ('5000' given)"),
+        ] {
+            let e = run(&w).unwrap_err();
+            assert!(e.contains(msg), "{w:?}: {e}");
+        }
     }
 
     #[test]

@@ -71,6 +71,8 @@
  * by the caller's threads for the ioctls), and pins of device memory take
  * no RAM besides their charged page arrays.
  *
+ * The minors, newest first (each says what changed and what it did before):
+ *
  * ABI 1.19 (no new command, same structs): an io_uring READ of a file that
  * the file system gives up after part of it went is run again by a kernel
  * worker, which lets go of its pins as soon as it is done (see struct
@@ -89,22 +91,17 @@
  * order they came (then the dma-bufs, as since 1.16); before, consumers
  * and registrations in the order they came.
  *
- * ABI 1.10 (no new command, same structs): the statistics hold at most
- * P2PDIRECT_STATS_MAX_ENTRIES entries, and STATS with RESET leaves the
- * entries past @capacity counting (see struct p2pdirect_stats). It also
- * names the stacking limits 1.7 introduced (P2PDIRECT_STACK_MAX_DEPTH,
- * P2PDIRECT_STACK_MAX_LEGS), whose values are unchanged.
- *
- * ABI 1.11 (no new command, same structs): io_uring READ and WRITE refuse
- * a command whose SQE sets a field they do not use (addr, len, buf_index,
- * file_index) with -EINVAL, as they refuse reserved bytes, so that a later
- * minor can give these fields a meaning; before, they were ignored
- * (io_uring itself refuses ioprio on these commands, before and since).
- * READ and WRITE at or past the end of a raw block device look up their
- * memory first (see struct p2pdirect_io). A range
- * that starts in another provider's P2PDMA mapping and runs out of it gets
- * -EFAULT, as one in a p2pdirect mapping does (see struct
- * p2pdirect_register).
+ * ABI 1.17 (no new command, same structs): REGISTER looks up and pins its
+ * memory with no lock of the file held, so a REGISTER whose page fault
+ * waits (a FUSE daemon, a userfaultfd handler, a suspended device) no
+ * longer holds up the file's other REGISTER, DEREGISTER and REG_QUERY
+ * calls; the file's limits (-EEXIST, -ENOSPC, -EDQUOT) are checked before
+ * the memory, as before (the quota is taken for the range then, and given
+ * back if the REGISTER fails), and -EEXIST and -ENOSPC again once it is
+ * pinned. A WRITE at or past
+ * a raw block device's end (-ENOSPC) counts in the provider's STATS entry
+ * too, as the rule of struct p2pdirect_stat says; before, only in the
+ * block device's.
  *
  * ABI 1.16 (no new command, same structs): READ and WRITE of a raw block
  * device run read(2)'s rw_verify_area() (offsets, the LSM, fanotify
@@ -118,18 +115,6 @@
  * it). An io_uring READ or WRITE with unknown flags
  * or size 0 gets -EINVAL also when the file's commands in flight are at
  * P2PDIRECT_URING_MAX_INFLIGHT; before, -EBUSY.
- *
- * ABI 1.17 (no new command, same structs): REGISTER looks up and pins its
- * memory with no lock of the file held, so a REGISTER whose page fault
- * waits (a FUSE daemon, a userfaultfd handler, a suspended device) no
- * longer holds up the file's other REGISTER, DEREGISTER and REG_QUERY
- * calls; the file's limits (-EEXIST, -ENOSPC, -EDQUOT) are checked before
- * the memory, as before (the quota is taken for the range then, and given
- * back if the REGISTER fails), and -EEXIST and -ENOSPC again once it is
- * pinned. A WRITE at or past
- * a raw block device's end (-ENOSPC) counts in the provider's STATS entry
- * too, as the rule of struct p2pdirect_stat says; before, only in the
- * block device's.
  *
  * ABI 1.15 (no new command, same structs): READ and WRITE of a regular file
  * (also through io_uring) hand the file system the memory's kernel
@@ -181,6 +166,23 @@
  * or failed; before, a READ at the end (0 bytes) counted too. A stacked
  * device's @dma_pci_addr is its first leg's in name order; before, in the
  * order the legs' block devices were added.
+ *
+ * ABI 1.11 (no new command, same structs): io_uring READ and WRITE refuse
+ * a command whose SQE sets a field they do not use (addr, len, buf_index,
+ * file_index) with -EINVAL, as they refuse reserved bytes, so that a later
+ * minor can give these fields a meaning; before, they were ignored
+ * (io_uring itself refuses ioprio on these commands, before and since).
+ * READ and WRITE at or past the end of a raw block device look up their
+ * memory first (see struct p2pdirect_io). A range
+ * that starts in another provider's P2PDMA mapping and runs out of it gets
+ * -EFAULT, as one in a p2pdirect mapping does (see struct
+ * p2pdirect_register).
+ *
+ * ABI 1.10 (no new command, same structs): the statistics hold at most
+ * P2PDIRECT_STATS_MAX_ENTRIES entries, and STATS with RESET leaves the
+ * entries past @capacity counting (see struct p2pdirect_stats). It also
+ * names the stacking limits 1.7 introduced (P2PDIRECT_STACK_MAX_DEPTH,
+ * P2PDIRECT_STACK_MAX_LEGS), whose values are unchanged.
  *
  * ABI 1.9 adds P2PDIRECT_IOC_EXPORT_DMABUF: device memory as a P2P dma-buf
  * for other drivers (RDMA NICs: ibv_reg_dmabuf_mr).

@@ -30,6 +30,9 @@ if [ -f "$out/.built" ]; then
 	exit 0
 fi
 
+# A build takes about 0.9 GiB; a taken-over seed already holds most.
+need_space "$P2P_CACHE/build" 1500 "the kernel build $(basename "$out")"
+
 mkmake() { make -C "$src" O="$out" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" "$@"; }
 
 log "configuring $(basename "$src") ($flavor) in $out"

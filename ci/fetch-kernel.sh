@@ -73,6 +73,8 @@ if [ ! -f "$dest/.unpacked" ]; then
 	# apt names the package file PKG_VERSION_ARCH.deb (no epoch).
 	find_deb() { find "$debs" -maxdepth 1 -name "${pkg}_${ver#*:}_*.deb" | head -n 1; }
 	deb=$(find_deb)
+	# The package (about 0.3 GiB), its tarball and the unpacked tree (1.8).
+	need_space "$P2P_CACHE/src" 2600 "the kernel source $pkg $ver"
 	if [ -z "$deb" ]; then
 		log "downloading $pkg $ver"
 		(cd "$debs" && apt-get "${aptopts[@]}" download -qq "$pkg=$ver" >/dev/null) ||

@@ -42,6 +42,17 @@ lock_cache() {
 	}
 }
 
+# need_space DIR MIB WHAT: stops, saying what and where, unless DIR's file
+# system has MIB MiB free (a kernel source, a build or a run that fills
+# the disk half way fails later with a message that does not say why).
+need_space() {
+	mkdir -p "$1"
+	local free
+	free=$(df -Pk "$1" | awk 'NR == 2 { print int($4 / 1024) }')
+	[ "${free:-0}" -ge "$2" ] ||
+		die "$3 needs about $2 MiB free in $1; its file system has ${free:-?} MiB (free some, or point P2PDIRECT_CACHE at another disk)"
+}
+
 # prune_runs DIR KEEP: removes all but the KEEP newest subdirectories of DIR.
 prune_runs() {
 	[ -d "$1" ] || return 0

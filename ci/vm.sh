@@ -94,6 +94,8 @@ for line in sys.stdin:
 # Keep the last 10 runs (this one included) for inspection.
 mkdir -p "$P2P_CACHE/runs"
 prune_runs "$P2P_CACHE/runs" 9
+# A run's disks, images and logs: about 0.75 GiB.
+need_space "$P2P_CACHE/runs" 1024 "a VM run"
 run=$(mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX" 2>/dev/null ||
 	{ mkdir -p "$P2P_CACHE/runs" && mktemp -d "$P2P_CACHE/runs/$(date +%Y%m%d-%H%M%S)-$mode-XXXX"; })
 shm_prefix="/dev/shm/p2pdirect-$(basename "$run")"

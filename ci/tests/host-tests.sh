@@ -87,6 +87,15 @@ rc=$?
 [ $rc -ne 0 ] && echo "$out" | grep -q 'P2PDIRECT_CACHE or HOME' && ! echo "$out" | grep -q reached &&
 	ok "HOME unset without P2PDIRECT_CACHE: an error naming both" ||
 	notok "HOME unset without P2PDIRECT_CACHE: an error naming both (rc $rc: $out)"
+# need_space: refuses, naming the place and the figures, when the disk is
+# short; passes silently otherwise.
+out=$(P2PDIRECT_CACHE="$tmp/c" bash -c '. "$1/lib.sh" && need_space "$2" 1000000000 "a test build" && echo reached' _ "$ci" "$tmp/space" 2>&1)
+echo "$out" | grep -q "a test build needs about 1000000000 MiB free in $tmp/space; its file system has [0-9]* MiB" &&
+	! echo "$out" | grep -q reached && ok "need_space: a short disk stops the run, naming what, where and how much" ||
+	notok "need_space: a short disk stops the run, naming what, where and how much ($out)"
+out=$(P2PDIRECT_CACHE="$tmp/c" bash -c '. "$1/lib.sh" && need_space "$2" 1 "a test build" && echo reached' _ "$ci" "$tmp/space" 2>&1)
+[ "$out" = reached ] && ok "need_space: enough room passes silently" ||
+	notok "need_space: enough room passes silently ($out)"
 # lock_cache: a second run waits, saying so, until the first is gone.
 P2PDIRECT_CACHE="$tmp/c" bash -c '. "$1/lib.sh" && lock_cache build-x && touch "$2" && sleep 2' _ "$ci" "$tmp/held" &
 holder=$!

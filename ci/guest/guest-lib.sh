@@ -428,7 +428,7 @@ p2pd_bad_words() {
 	for c in 'help foo/unknown command .foo.' 'help bench --json/help takes a command name' \
 		'bench --out -h/--out needs a value' 'bench --out --help/--out needs a value' \
 		'info extra/unexpected argument .extra.' 'verify --size=16M/use --size 16M' \
-		'verify --dev a --dev b/--dev given twice' 'bench --seconds 1e-20/--seconds must be at least 0.001'; do
+		'verify --dev a --dev b/--dev given twice' 'bench --seconds 1e-20/--seconds must be at least 0.001 and under 3600 (.1e-20. given)'; do
 		# shellcheck disable=SC2086 # the words before the slash are the arguments
 		/tests/p2pd ${c%%/*} >/tmp/out 2>/tmp/err
 		rc=$?

@@ -333,13 +333,10 @@ impl Args {
                 }
                 "--seconds" => {
                     let v = value_str(&mut it, opt)?;
-                    // Digits and one point only: f64's parser also takes
-                    // `+1`, `1e3`, `inf` and `NaN`.
+                    // f64's syntax (`0.5`, `5e-1`; `inf` and `NaN` fail the
+                    // range below) without a sign, as the counts.
                     let s = Some(v)
-                        .filter(|v| {
-                            v.bytes().any(|b| b.is_ascii_digit())
-                                && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-                        })
+                        .filter(|v| !v.starts_with('+'))
                         .and_then(|v| v.parse::<f64>().ok())
                         .ok_or_else(|| {
                             format!("--seconds takes a number such as 2 or 0.5 ('{v}' given)")
@@ -1232,8 +1229,15 @@ pub(crate) mod tests {
                 "--gpu takes an index, as `p2pd list` shows it ('+1' given)",
             ),
             (["verify", "--gpu", "4294967296"], "('4294967296' given)"),
-            (["bench", "--seconds", "inf"], "('inf' given)"),
-            (["bench", "--seconds", "1e3"], "('1e3' given)"),
+            (["bench", "--seconds", "inf"], "under 3600 ('inf' given)"),
+            (
+                ["bench", "--seconds", "1e-20"],
+                "at least 0.001 and under 3600 ('1e-20' given)",
+            ),
+            (
+                ["bench", "--seconds", "x"],
+                "--seconds takes a number such as 2 or 0.5 ('x' given)",
+            ),
             (["bench", "--seconds", "+2"], "('+2' given)"),
             (["bench", "--seconds", "5000"], "under 3600 ('5000' given)"),
         ] {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Safe userspace API of p2pdirect's `/dev/p2pdirect`.
 
+#![warn(missing_docs)]
+
 use std::{
     ffi::CStr,
     fmt,
@@ -10,6 +12,10 @@ use std::{
     os::unix::fs::OpenOptionsExt,
     path::Path,
     ptr::NonNull,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Once,
+    },
 };
 
 pub mod sys;
@@ -21,8 +27,11 @@ pub const DEVICE_PATH: &str = "/dev/p2pdirect";
 /// ABI and module version reported by the running module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Version {
+    /// `P2PDIRECT_ABI_MAJOR` of the module: another than ours is another ABI.
     pub abi_major: u32,
+    /// `P2PDIRECT_ABI_MINOR` of the module: each minor adds to the last.
     pub abi_minor: u32,
+    /// The module's own version string.
     pub module: String,
 }
 
@@ -139,6 +148,7 @@ impl fmt::Display for PciAddr {
 /// P2P reachability of one NVMe controller from a provider.
 #[derive(Clone, Debug)]
 pub struct Client {
+    /// The NVMe controller's PCI function.
     pub pci_addr: PciAddr,
     /// The kernel's P2PDMA distance; `None` when the two cannot reach each other.
     pub distance: Option<u32>,
@@ -147,25 +157,48 @@ pub struct Client {
 /// A device-memory provider (an emulated GPU's BAR, in the test VM).
 #[derive(Clone, Debug)]
 pub struct Provider {
+    /// What [`Device::alloc`]'s `provider` names.
     pub index: u32,
+    /// `sys::P2PDIRECT_PROVIDER_*`: a BAR p2pdirect manages, or memory
+    /// another driver published (an NVMe CMB).
     pub kind: u32,
+    /// The PCI function that provides the memory.
     pub pci_addr: PciAddr,
+    /// The BAR that holds the memory.
     pub bar: u32,
+    /// That BAR's size in bytes.
     pub bar_size: u64,
+    /// PCI bus address of the memory's first byte.
     pub bus_addr: u64,
+    /// Bytes p2pdirect can allocate from this provider.
     pub bytes_total: u64,
+    /// Of which free now (for a published provider, an upper bound).
     pub bytes_free: u64,
+    /// Of which the open files of `/dev/p2pdirect` hold now.
     pub bytes_used: u64,
+    /// Reachability of each NVMe controller present.
     pub clients: Vec<Client>,
 }
 
 /// A device-memory allocation, owned by the [`Device`] that made it.
+///
+/// This is a description, not an owner: the memory lives until
+/// [`Device::free`] of its handle or the close of the `Device`, and
+/// dropping an `Allocation` frees nothing. Its handle is a number, like a
+/// file descriptor: once freed, the next ALLOC of the same open file may
+/// get the same number, so a copy kept past [`Device::free`] names the new
+/// allocation (free each handle once, as each fd is closed once).
 #[derive(Clone, Debug)]
 pub struct Allocation {
+    /// Names the allocation for FREE and EXPORT_DMABUF, in its open file only.
     pub handle: u64,
+    /// Bytes, whole pages (the request rounded up).
     pub size: u64,
+    /// Where [`Device::map`] maps it (`handle << 40`).
     pub mmap_offset: u64,
+    /// PCI bus address of its first byte.
     pub bus_addr: u64,
+    /// Its offset in the provider's memory.
     pub provider_offset: u64,
 }
 
@@ -174,10 +207,13 @@ pub struct Allocation {
 pub struct DmaProbe {
     /// `sys::P2PDIRECT_CLIENT_*` of the client that claimed the range.
     pub client: u32,
+    /// The page size of the memory, as the client reports it.
     pub page_size: u32,
+    /// The DMA device the range was mapped for (the block device's).
     pub dma_device: PciAddr,
     /// (DMA address, length) pairs, at most 256 of them.
     pub segments: Vec<(u64, u64)>,
+    /// All the segments of the mapping, also those past the 256 kept.
     pub total_segments: u32,
 }
 
@@ -192,11 +228,39 @@ pub struct DmaProbe {
 /// `read` or `write` raises `SIGBUS`, as access to a memory-mapped file
 /// truncated under its mapping does. Do not free memory another thread still
 /// reads or writes through its mapping.
+///
+/// A mapping belongs to the process that made it: `fork()` does not copy
+/// device memory mappings (the header's VM_DONTCOPY), so in a child the
+/// address range is a hole that a later allocation may fill. There `read`
+/// and `write` fail (`ErrorKind::Other`, saying so, touching nothing) and
+/// dropping the mapping unmaps nothing. The child is told by `fork()`'s handlers
+/// (`pthread_atfork`), so a child made by a raw `clone` system call is not.
 #[derive(Debug)]
 pub struct Mapping<'d> {
     ptr: NonNull<u8>,
     len: usize,
+    /// [`FORK_GENERATION`] when the mapping was made.
+    generation: u64,
     _dev: &'d Device,
+}
+
+/// How many `fork()`s separate this process from the one that first mapped
+/// device memory: each child adds one (its `pthread_atfork` handler), so a
+/// [`Mapping`] made before the fork sees a newer generation than its own.
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn forked_child() {
+    FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers [`forked_child`] once per process, before its first mapping.
+fn watch_forks() {
+    static WATCH: Once = Once::new();
+    WATCH.call_once(|| {
+        // SAFETY: the handler only bumps an atomic, which is
+        // async-signal-safe, as a fork child handler must be.
+        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    });
 }
 
 impl Mapping<'_> {
@@ -205,20 +269,37 @@ impl Mapping<'_> {
         self.ptr.as_ptr()
     }
 
+    /// The mapping's length in bytes (the allocation's size).
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the mapping has no bytes (never, for an allocation's).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Whether this process made the mapping (not a `fork()` child).
+    fn is_ours(&self) -> bool {
+        self.generation == FORK_GENERATION.load(Ordering::Relaxed)
+    }
+
     fn check(&self, offset: usize, len: usize) -> io::Result<()> {
+        if !self.is_ours() {
+            return Err(io::Error::other(format!(
+                "the mapping at {:p} was made before fork(), which does not copy \
+                 device memory mappings: nothing is there in this process",
+                self.ptr
+            )));
+        }
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
             _ => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "range outside the mapping",
+                format!(
+                    "range of {len} bytes at offset {offset} is outside the mapping of {} bytes",
+                    self.len
+                ),
             )),
         }
     }
@@ -257,7 +338,13 @@ impl Mapping<'_> {
 
 impl Drop for Mapping<'_> {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing else unmaps them.
+        // In a fork() child the range was never copied: what is there now
+        // is someone else's.
+        if !self.is_ours() {
+            return;
+        }
+        // SAFETY: `ptr`/`len` are exactly what mmap returned in this
+        // process; nothing else unmaps them.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
@@ -273,18 +360,28 @@ impl Device {
                 std::ptr::from_mut(&mut req).cast(),
             )
         }?;
-        // Providers can come and go between the two calls: ask with room to spare.
-        let mut raw = vec![sys::p2pdirect_provider_info::default(); req.count as usize + 4];
-        req.entries = raw.as_mut_ptr() as u64;
-        req.capacity = raw.len() as u32;
-        // SAFETY: `entries` has room for `capacity` structs.
-        unsafe {
-            self.ioctl_raw(
-                sys::P2PDIRECT_IOC_LIST_PROVIDERS.into(),
-                std::ptr::from_mut(&mut req).cast(),
-            )
-        }?;
-        raw.truncate((req.count as usize).min(raw.len()));
+        // Providers can come and go between the calls: ask with room to
+        // spare, and again with more while the list outgrows the room.
+        let mut raw = Vec::new();
+        loop {
+            raw.resize(
+                req.count as usize + 4,
+                sys::p2pdirect_provider_info::default(),
+            );
+            req.entries = raw.as_mut_ptr() as u64;
+            req.capacity = raw.len() as u32;
+            // SAFETY: `entries` has room for `capacity` structs.
+            unsafe {
+                self.ioctl_raw(
+                    sys::P2PDIRECT_IOC_LIST_PROVIDERS.into(),
+                    std::ptr::from_mut(&mut req).cast(),
+                )
+            }?;
+            if req.count <= req.capacity {
+                break;
+            }
+        }
+        raw.truncate(req.count as usize);
         Ok(raw
             .iter()
             .map(|p| Provider {
@@ -371,19 +468,40 @@ impl Device {
                 std::ptr::from_mut(&mut req).cast(),
             )
         }?;
-        // SAFETY: on success the kernel installed a new descriptor for us.
+        if req.fd < 0 {
+            // Not the module's answer (another driver's node given to
+            // open_path answering this number): nothing to own.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "EXPORT_DMABUF succeeded without a file descriptor (fd {})",
+                    req.fd
+                ),
+            ));
+        }
+        // SAFETY: on success the kernel installed a new descriptor for us
+        // (non-negative, checked above), which nothing else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(req.fd) })
     }
 
     /// Maps an allocation of this device for CPU access.
     pub fn map(&self, a: &Allocation) -> io::Result<Mapping<'_>> {
-        let len =
-            usize::try_from(a.size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let off = libc::off_t::try_from(a.mmap_offset)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let too_big = |what: &str, v: u64| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("allocation {}: its {what} {v:#x} does not fit this process's address space (EINVAL)", a.handle),
+            )
+        };
+        let len = usize::try_from(a.size).map_err(|_| too_big("size", a.size))?;
+        // mmap64: a 32-bit process's off_t is 32 bits, too few for the
+        // offsets of handles (handle << 40).
+        let off = libc::off64_t::try_from(a.mmap_offset)
+            .map_err(|_| too_big("mmap offset", a.mmap_offset))?;
+        watch_forks();
+        let generation = FORK_GENERATION.load(Ordering::Relaxed);
         // SAFETY: a new shared mapping of our fd; the kernel checks offset and length.
         let p = unsafe {
-            libc::mmap(
+            libc::mmap64(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
@@ -398,6 +516,7 @@ impl Device {
         Ok(Mapping {
             ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?,
             len,
+            generation,
             _dev: self,
         })
     }
@@ -563,7 +682,12 @@ impl Device {
 /// The device memory side of a READ or WRITE.
 #[derive(Clone, Copy, Debug)]
 pub enum Memory {
-    /// A device pointer: an address inside a mapping of device memory.
+    /// A device pointer: an address inside a mapping of device memory. The
+    /// kernel looks the address up when the command is issued (an io_uring
+    /// command that goes to a worker, as every file WRITE does, after it was
+    /// pushed), so keep the [`Mapping`] until the command completes: unmapped
+    /// by then, the command fails with `EFAULT`, or moves another
+    /// allocation's bytes if one was mapped at the same address meanwhile.
     Pointer(*const u8),
     /// A registration of this open device, by id.
     Registered(u64),
@@ -574,8 +698,11 @@ pub enum Memory {
 pub struct Io {
     /// The namespace or file, opened with `O_DIRECT`.
     pub fd: i32,
+    /// The device memory read into or written from.
     pub memory: Memory,
+    /// Bytes to move.
     pub size: u64,
+    /// Where in the namespace or file, in bytes.
     pub file_offset: u64,
     /// Offset from the device pointer or the registration's start.
     pub buf_offset: u64,
@@ -602,6 +729,7 @@ impl Io {
 /// What a READ or WRITE did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoDone {
+    /// Bytes moved (fewer than asked at the end of a file or namespace).
     pub bytes: u64,
     /// Moved by DMA between the NVMe device and device memory.
     pub p2p_bytes: u64,
@@ -619,7 +747,12 @@ pub enum StatDevice {
     /// A device-memory provider, by its BAR owner's PCI address.
     Provider(PciAddr),
     /// A block device.
-    Block { major: u32, minor: u32 },
+    Block {
+        /// The block device's major number.
+        major: u32,
+        /// Its minor number.
+        minor: u32,
+    },
 }
 
 impl fmt::Display for StatDevice {
@@ -634,18 +767,31 @@ impl fmt::Display for StatDevice {
 /// One row of the statistics (see `struct p2pdirect_stat`).
 #[derive(Clone, Copy, Debug)]
 pub struct Stat {
+    /// The provider or block device the row counts for.
     pub device: StatDevice,
+    /// READs that moved data or failed.
     pub reads: u64,
+    /// WRITEs that moved data or failed.
     pub writes: u64,
+    /// Of those, the ones that failed.
     pub errors: u64,
+    /// Bytes READ moved.
     pub bytes_read: u64,
+    /// Bytes WRITE moved.
     pub bytes_written: u64,
+    /// Of both, moved device to device.
     pub p2p_bytes: u64,
+    /// Of both, moved through host memory (COMPAT).
     pub bounce_bytes: u64,
+    /// Of `bytes_read`, zeroed by the CPU (holes, unwritten extents).
     pub zeroed_bytes: u64,
+    /// Device memory pinned now, in a provider's row (see `struct p2pdirect_stat`).
     pub pinned_bytes: u64,
+    /// The fastest I/O, in ns (0 before the first).
     pub lat_min_ns: u64,
+    /// The mean over all I/Os, in ns.
     pub lat_avg_ns: u64,
+    /// The slowest I/O, in ns.
     pub lat_max_ns: u64,
 }
 

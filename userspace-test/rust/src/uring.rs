@@ -29,6 +29,10 @@ pub struct Completion {
     pub p2p_bytes: u64,
     /// Of the bytes, moved through host memory (COMPAT).
     pub bounce_bytes: u64,
+    /// Of the bytes, read from holes or unwritten extents (zeroed by the
+    /// CPU): the rest of `bytes` after `p2p_bytes` and `bounce_bytes`, as
+    /// the header defines it; 0 for an error.
+    pub zeroed_bytes: u64,
 }
 
 impl Completion {
@@ -40,15 +44,18 @@ impl Completion {
     /// A completion as its 32-byte CQE gives it.
     fn from_cqe(c: &cqueue::Entry32) -> Self {
         let big = c.big_cqe()[0];
+        let (p2p_bytes, bounce_bytes) = (big & 0xffff_ffff, big >> 32);
+        let result = if c.result() < 0 {
+            Err(-c.result())
+        } else {
+            Ok(c.result() as u64)
+        };
         Completion {
             user_data: c.user_data(),
-            result: if c.result() < 0 {
-                Err(-c.result())
-            } else {
-                Ok(c.result() as u64)
-            },
-            p2p_bytes: big & 0xffff_ffff,
-            bounce_bytes: big >> 32,
+            result,
+            p2p_bytes,
+            bounce_bytes,
+            zeroed_bytes: result.map_or(0, |bytes| bytes.saturating_sub(p2p_bytes + bounce_bytes)),
         }
     }
 }
@@ -92,8 +99,9 @@ impl<'d> Ring<'d> {
     }
 
     /// Queues a READ (device memory from the file) or, with `write`, a WRITE;
-    /// `user_data` comes back in its [`Completion`]. `EBUSY` if the
-    /// submission queue is full (submit first).
+    /// `user_data` comes back in its [`Completion`]. A full submission
+    /// queue is refused, the command not queued, with an error of kind
+    /// `WouldBlock` that says so: submit first.
     ///
     /// The command names its file by number (`io.fd`) and its memory by
     /// address or registration: keep both as they are until its completion
@@ -134,8 +142,16 @@ impl<'d> Ring<'d> {
         // id, which the kernel resolves, checks and pins itself; it refers
         // to no buffer of this process that Rust owns, so nothing here must
         // outlive the command.
-        unsafe { self.ring.submission().push(&sqe) }
-            .map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))?;
+        unsafe { self.ring.submission().push(&sqe) }.map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "the submission queue is full ({} commands not submitted yet): \
+                         submit, then push again",
+                    self.unsubmitted
+                ),
+            )
+        })?;
         self.pending += 1;
         self.unsubmitted += 1;
         Ok(())

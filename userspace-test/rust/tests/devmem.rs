@@ -159,3 +159,69 @@ fn export_dmabuf() {
     // The fd stays a valid (dead) file until closed.
     assert_eq!(f.seek(SeekFrom::End(0)).unwrap(), MIB);
 }
+
+/// fork() does not copy a mapping of device memory (VM_DONTCOPY), so in the
+/// child its range is a hole another mapping may fill: the parent's
+/// `Mapping` must then neither write there nor unmap it, and the parent's
+/// own use goes on.
+#[test]
+fn a_fork_child_leaves_the_parents_mapping_alone() {
+    let dev = Device::open().unwrap();
+    let gpu = gpus(&dev)[0].index;
+    let a = common::alloc(&dev, gpu, MIB);
+    let m = dev.map(&a).unwrap();
+    m.write(0, b"parent").unwrap();
+    // SAFETY: the child makes system calls and allocates (glibc's fork
+    // leaves malloc usable in the child), then leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: an anonymous page at the hole the device mapping left;
+        // MAP_FIXED_NOREPLACE fails rather than replace anything.
+        let hole = unsafe {
+            libc::mmap(
+                m.as_ptr().cast(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if hole != m.as_ptr().cast() {
+            // SAFETY: leaving the child without running the harness.
+            unsafe { libc::_exit(2) };
+        }
+        let refused = m
+            .write(0, b"X")
+            .is_err_and(|e| e.to_string().contains("fork()"));
+        let mut back = [0u8; 1];
+        let read_refused = m.read(0, &mut back).is_err();
+        // SAFETY: the anonymous page mapped above.
+        let untouched = unsafe { *hole.cast::<u8>() } == 0;
+        drop(m);
+        // SAFETY: still mapped if the drop unmapped nothing; else SIGSEGV,
+        // which the parent sees.
+        unsafe { *hole.cast::<u8>() = 1 };
+        let code = if refused && read_refused && untouched {
+            0
+        } else {
+            1
+        };
+        // SAFETY: as above.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child used or unmapped what is at the parent's mapping's address (status {status:#x}: \
+         exit 1 = written or read, 2 = the hole could not be mapped, a signal = unmapped)"
+    );
+    let mut back = [0u8; 6];
+    m.read(0, &mut back).unwrap();
+    assert_eq!(&back, b"parent");
+    drop(m);
+    dev.free(a.handle).unwrap();
+}

@@ -177,3 +177,95 @@ fn dropping_the_ring_waits_for_its_commands() {
     );
     m.write(0, &saved).unwrap();
 }
+
+/// A full submission queue refuses the command (kind `WouldBlock`, saying
+/// why), queues nothing, and takes it once what was pushed is submitted.
+#[test]
+fn a_full_submission_queue_says_so() {
+    let dev = Device::open().unwrap();
+    let a = common::alloc(&dev, gpu(&dev).index, MIB);
+    let m = dev.map(&a).unwrap();
+    let mut saved = vec![0u8; 20 * KIB as usize];
+    m.read(0, &mut saved).unwrap();
+    let ns = namespace(1, false);
+    let mut ring = Ring::new(&dev, 4).unwrap();
+    for i in 0..4u64 {
+        ring.push(false, &nth_read(&ns, &m, i, 4 * KIB, 5 * MIB), i)
+            .unwrap();
+    }
+    let fifth = nth_read(&ns, &m, 4, 4 * KIB, 5 * MIB);
+    let e = ring.push(false, &fifth, 4).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+    assert!(e.to_string().contains("submission queue is full"), "{e}");
+    assert_eq!(ring.pending(), 4);
+    assert_eq!(ring.submit().unwrap(), 4);
+    ring.push(false, &fifth, 4).unwrap();
+    let mut ids: Vec<u64> = ring.wait(5).unwrap().iter().map(|c| c.user_data).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..5).collect::<Vec<_>>());
+    let (mut got, mut want) = (vec![0u8; 20 * KIB as usize], vec![0u8; 20 * KIB as usize]);
+    m.read(0, &mut got).unwrap();
+    fill(&mut want, 5 * MIB, 1);
+    assert!(
+        got == want,
+        "the five READs did not bring the namespace's bytes"
+    );
+    drop(ring);
+    m.write(0, &saved).unwrap();
+}
+
+/// A READ of a file whose first 64 KiB are a hole: the completion counts
+/// those bytes as zeroed, the rest as P2P, and device memory holds zeros
+/// then the file's data.
+#[test]
+fn a_files_hole_comes_back_as_zeroed_bytes() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let path = "/mnt/xfs/rust-uring-hole.bin";
+    let data = vec![0x5au8; 64 * KIB as usize];
+    {
+        let f = std::fs::File::create(path).unwrap();
+        f.write_all_at(&data, 64 * KIB).unwrap();
+        f.sync_all().unwrap();
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .unwrap();
+    let dev = Device::open().unwrap();
+    let a = common::alloc(&dev, gpu(&dev).index, MIB);
+    let m = dev.map(&a).unwrap();
+    let mut saved = vec![0u8; 128 * KIB as usize];
+    m.read(0, &mut saved).unwrap();
+    m.write(0, &vec![0xffu8; 128 * KIB as usize]).unwrap();
+    let mut ring = Ring::new(&dev, 4).unwrap();
+    let io = Io {
+        fd: file.as_raw_fd(),
+        memory: Memory::Pointer(m.as_ptr()),
+        size: 128 * KIB,
+        file_offset: 0,
+        buf_offset: 0,
+        compat: false,
+    };
+    ring.push(false, &io, 7).unwrap();
+    let c = ring.wait(1).unwrap()[0];
+    assert_eq!(c.result, Ok(128 * KIB), "{c:?}");
+    assert_eq!(
+        (c.p2p_bytes, c.bounce_bytes, c.zeroed_bytes),
+        (64 * KIB, 0, 64 * KIB),
+        "{c:?}"
+    );
+    let mut got = vec![0u8; 128 * KIB as usize];
+    m.read(0, &mut got).unwrap();
+    assert!(
+        got[..64 * KIB as usize].iter().all(|&b| b == 0),
+        "the hole is not zeros"
+    );
+    assert!(
+        got[64 * KIB as usize..] == data[..],
+        "the data is not the file's"
+    );
+    drop(ring);
+    m.write(0, &saved).unwrap();
+    std::fs::remove_file(path).unwrap();
+}

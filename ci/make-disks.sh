@@ -10,7 +10,8 @@
 #   ns5.img, ns6.img 64 MiB raw: fill(o, 5), fill(o, 6) (NVMe multipath)
 #   ns7.img, ns8.img 64 MiB: fill(o, 7), fill(o, 8) under an MBR with four
 #     partitions: p1 [1, 17) MiB, p2 [17, 33) MiB, p3 [33, 49) MiB, p4 [49, 64) MiB
-#   ns9.img 64 MiB: fill(o, 9) under an MBR with one partition p1 [1, 17) MiB
+#   ns9.img 64 MiB: fill(o, 9) under an MBR with two partitions p1 [1, 17) MiB,
+#     p2 [17, 33) MiB
 #     (md legs, partitions)
 # (o: byte offset in the image, or in data.bin). Usage: make-disks.sh
 set -euo pipefail
@@ -42,7 +43,7 @@ for ns in 5 6 7 8 9; do
 done
 "$here/mbr.py" "$tmp/ns7.img" 1:16 17:16 33:16 49:15
 "$here/mbr.py" "$tmp/ns8.img" 1:16 17:16 33:16 49:15
-"$here/mbr.py" "$tmp/ns9.img" 1:16
+"$here/mbr.py" "$tmp/ns9.img" 1:16 17:16
 
 # Inode tables and journal are written at mkfs time, so that the guest kernel
 # does not zero them in the background (ext4lazyinit) during the tests.

@@ -83,7 +83,12 @@ impl OpenFile {
         // What is wrong in the argument itself before what it names
         // (`Allocation::new` relies on it).
         crate::devmem::check_alloc_args(size, align)?;
-        let provider = crate::devmem::provider(provider).ok_or(ENODEV)?;
+        let Some(provider) = crate::devmem::provider(provider) else {
+            refuse!(
+                ENODEV,
+                "ALLOC refused: no provider {provider} (P2PDIRECT_IOC_LIST_PROVIDERS lists them)\n"
+            );
+        };
         let (alloc, info) = Allocation::new(provider, size, align, FileMapping::of(file)?)?;
         let state = alloc.state.clone();
         let mut allocs = self.allocs.lock();

@@ -36,6 +36,7 @@
 //! taken before `AllocState::inner` (page faults), never inside it.
 
 use crate::{
+    error::refuse,
     ffi::{self, FileMapping, HeldPages, P2pMem, PciFunction},
     range_alloc::RangeAllocator,
     sys::{
@@ -1007,7 +1008,10 @@ impl Allocation {
     /// happen once the VMA is linked where revocation's zap finds it.
     pub(crate) fn map(&self, vma: &VmaNew) -> Result {
         if self.state.inner.lock().live.is_none() {
-            return Err(ENODEV);
+            refuse!(
+                ENODEV,
+                "mmap refused: the allocation's memory is gone (its device was removed)\n"
+            );
         }
         vma.set_mixedmap();
         vma::install(vma, self.state.clone());

@@ -238,8 +238,15 @@ pub(crate) fn export(alloc: Arc<AllocState>, offset: u64, size: u64) -> Result<N
     let alloc = exported.data().alloc.clone();
     // A revocation before this point found no subscriber: `subscribe`
     // fails then, and dropping the file releases the buffer.
-    alloc
-        .subscribe(exported)
-        .map_err(|e| if e == EFAULT { ENODEV } else { e })?;
+    if let Err(e) = alloc.subscribe(exported) {
+        if e == EFAULT {
+            refuse!(
+                ENODEV,
+                "EXPORT_DMABUF refused: the allocation's memory went away during the export \
+                 (FREE, device removal)\n"
+            );
+        }
+        return Err(e);
+    }
     Ok(file)
 }

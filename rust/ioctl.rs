@@ -292,14 +292,23 @@ fn dma_probe(arg: usize) -> Result<isize> {
     }
     let range = UserRange::new(req.addr, req.size)?;
     let legs = ffi::DmaDevice::of_block_fd(req.fd).inspect_err(|e| {
+        if !crate::sys::ratelimit::allow() {
+            return;
+        }
         if let Some((max, what)) = stack_limit(*e) {
-            if crate::sys::ratelimit::allow() {
-                pr_info!(
-                    "DMA_PROBE: the block device of fd {} is stacked past p2pdirect's limit: \
-                     more than {max} {what}\n",
-                    req.fd
-                );
-            }
+            pr_info!(
+                "DMA_PROBE: the block device of fd {} is stacked past p2pdirect's limit: \
+                 more than {max} {what}\n",
+                req.fd
+            );
+        } else if *e == ENODEV {
+            pr_info!(
+                "DMA_PROBE: fd {} is a block device with no PCI device under it that \
+                 p2pdirect can find (loop, RAM disk, device-mapper)\n",
+                req.fd
+            );
+        } else if *e == ENOTBLK {
+            pr_info!("DMA_PROBE: fd {} is not a block device\n", req.fd);
         }
     })?;
     // Mapped for the first leg; the others (of a stacked device) must reach

@@ -254,7 +254,12 @@ pub(crate) fn register(
 /// way), and a place left. Returns the file's pinned-bytes counter.
 fn admit(regs: &mut FileRegs, range: UserRange) -> Result<Arc<Atomic<u64>>> {
     if regs.list.iter().any(|r| r.range == range && r.is_live()) {
-        return Err(EEXIST);
+        refuse!(
+            EEXIST,
+            "REGISTER refused: this file has a live registration of {:#x}+{:#x} already\n",
+            range.addr,
+            range.size
+        );
     }
     if regs.list.len() >= MAX_PER_FILE {
         refuse!(

@@ -33,7 +33,7 @@
 //! runs as above, in io_uring's worker.
 
 use crate::{
-    error::{ecanceled, eopnotsupp, eremoteio, refuse, stack_limit},
+    error::{ecanceled, eopnotsupp, eremoteio, estale, refuse, stack_limit},
     ffi::{self, DmaLeg, IoFile, Limits, Pages, PciFunction},
     peer_mem::{self, UserRange},
     registration::RegEntry,
@@ -658,28 +658,54 @@ fn moved(file: &IoFile, write: bool, done: Done, bytes: u64, zeroed: u64) -> Don
 /// The argument's flags and size, checked before anything else.
 fn check_args(req: &Request) -> Result {
     let known = uapi::P2PDIRECT_IO_REGISTERED | uapi::P2PDIRECT_IO_COMPAT;
-    if req.flags & !known != 0 || req.size == 0 {
-        return Err(EINVAL);
+    if req.flags & !known != 0 {
+        refuse!(
+            EINVAL,
+            "{}: unknown flags {:#x} (known: {:#x})\n",
+            op_name(req.write),
+            req.flags & !known,
+            known
+        );
+    }
+    if req.size == 0 {
+        refuse!(EINVAL, "{}: size 0: nothing to move\n", op_name(req.write));
     }
     Ok(())
 }
 
+/// Why fd `fd` cannot be READ or written, as [`IoFile::from_fd`] refused it.
+fn log_fd_refusal(req: &Request, e: Error) {
+    let why = match e {
+        EBADF if req.write => "is not an open file descriptor opened for writing",
+        EBADF => "is not an open file descriptor opened for reading",
+        EISDIR => "is a directory",
+        ESPIPE => "is a pipe or socket",
+        EINVAL => "must be a block device or regular file opened with O_DIRECT",
+        EPERM => "is a read-only block device",
+        ETXTBSY => "is a block device in use as swap",
+        e if e == eopnotsupp() => {
+            "is a file on a file system without a block device (tmpfs, NFS, FUSE): \
+             there is no storage device to do the DMA"
+        }
+        _ => return,
+    };
+    if crate::sys::ratelimit::allow() {
+        pr_info!("{}: fd {} {why}\n", op_name(req.write), req.fd);
+    }
+}
+
 fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     check_args(req)?;
-    let file = IoFile::from_fd(req.fd, req.write).inspect_err(|e| {
-        if *e == EINVAL && crate::sys::ratelimit::allow() {
-            pr_info!(
-                "{}: fd {} must be a block device or regular file opened with O_DIRECT\n",
-                op_name(req.write),
-                req.fd
-            );
-        }
-    })?;
+    let file = IoFile::from_fd(req.fd, req.write).inspect_err(|e| log_fd_refusal(req, *e))?;
     let lim = file.limits();
     keys.block = Some(lim.devt);
     check_alignment(req, &lim)?;
     if req.write && lim.read_only {
-        return Err(EROFS);
+        refuse!(
+            EROFS,
+            "WRITE: fd {} is on a read-only file system or block device\n",
+            req.fd
+        );
     }
     // O_DIRECT that the file system serves through the page cache would be
     // CPU copies counted as P2P: bounce honestly (COMPAT) or refuse.
@@ -697,7 +723,12 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     // pread/pwrite: a negative offset (as loff_t) is EINVAL, and one call
     // moves at most MAX_RW_COUNT bytes (a short transfer, not an error).
     if i64::try_from(req.file_offset).is_err() {
-        return Err(EINVAL);
+        refuse!(
+            EINVAL,
+            "{}: file offset {:#x} is negative as a loff_t (pread's EINVAL)\n",
+            op_name(req.write),
+            req.file_offset
+        );
     }
     let mut len = req.size.min(MAX_RW_COUNT);
     // pread/pwrite on a block device: reads stop at its end, writes past it
@@ -828,26 +859,73 @@ fn resolve_memory(me: &dyn IoOwner, req: &Request, lim: &Limits) -> Result<Memor
     // A READ writes the memory.
     let mem_written = !req.write;
     if req.flags & uapi::P2PDIRECT_IO_REGISTERED != 0 {
-        let pages = me.registration_pages(req.addr, &|reg| {
-            let end = req.buf_offset.checked_add(req.size).ok_or(ERANGE)?;
-            if end > reg.range.size {
-                return Err(ERANGE);
-            }
-            if mem_written && !reg.write {
-                return Err(EPERM);
-            }
-            let lbs = u64::from(lim.logical_block_size.max(1));
-            if block_rem(reg.range.addr + req.buf_offset, lbs) != 0 {
-                return Err(EINVAL);
-            }
-            Ok(())
-        })?;
+        let pages = me
+            .registration_pages(req.addr, &|reg| {
+                let end = req.buf_offset.checked_add(req.size).ok_or(ERANGE);
+                if end.map_or(true, |end| end > reg.range.size) {
+                    refuse!(
+                        ERANGE,
+                        "{}: buffer offset {:#x} + size {:#x} runs past registration {}'s \
+                         {:#x} bytes\n",
+                        op_name(req.write),
+                        req.buf_offset,
+                        req.size,
+                        req.addr,
+                        reg.range.size
+                    );
+                }
+                if mem_written && !reg.write {
+                    refuse!(
+                        EPERM,
+                        "READ: registration {} was made without P2PDIRECT_REG_WRITE: a READ \
+                         writes the memory\n",
+                        req.addr
+                    );
+                }
+                let lbs = u64::from(lim.logical_block_size.max(1));
+                if block_rem(reg.range.addr + req.buf_offset, lbs) != 0 {
+                    refuse!(
+                        EINVAL,
+                        "{}: registration {}'s start {:#x} + buffer offset {:#x} must be a \
+                         multiple of the logical block size {lbs}\n",
+                        op_name(req.write),
+                        req.addr,
+                        reg.range.addr,
+                        req.buf_offset
+                    );
+                }
+                Ok(())
+            })
+            .inspect_err(|e| {
+                if *e == ENOENT && crate::sys::ratelimit::allow() {
+                    pr_info!(
+                        "{}: this file has no registration {}\n",
+                        op_name(req.write),
+                        req.addr
+                    );
+                } else if *e == estale() && crate::sys::ratelimit::allow() {
+                    pr_info!(
+                        "{}: the memory of registration {} went away (FREE, or its device \
+                         was removed); DEREGISTER it\n",
+                        op_name(req.write),
+                        req.addr
+                    );
+                }
+            })?;
         return Ok(Memory {
             pages,
             offset: req.buf_offset,
         });
     }
-    let start = req.addr.checked_add(req.buf_offset).ok_or(EINVAL)?;
+    let Some(start) = req.addr.checked_add(req.buf_offset) else {
+        refuse!(
+            EINVAL,
+            "{}: address {:#x} + buffer offset {:#x} overflows\n",
+            op_name(req.write),
+            req.addr,
+            req.buf_offset
+        );
+    };
     let range = UserRange::new(start, req.size)?;
     // A range that starts in a device-memory mapping and ends outside it is
     // refused by the registry's lookup (EFAULT).
@@ -862,7 +940,23 @@ fn resolve_memory(me: &dyn IoOwner, req: &Request, lim: &Limits) -> Result<Memor
         }
     })?;
     claim.check_io()?;
-    claim.get_pages(mem_written)?;
+    claim.get_pages(mem_written).inspect_err(|e| {
+        if *e == EFAULT && crate::sys::ratelimit::allow() {
+            pr_info!(
+                "{}: the device memory at {:#x}+{:#x} cannot be pinned{}: its mapping is \
+                 gone (FREE, device removal){}\n",
+                op_name(req.write),
+                start,
+                req.size,
+                if mem_written { " for writing" } else { "" },
+                if mem_written {
+                    ", or read-only (a READ writes it)"
+                } else {
+                    ""
+                }
+            );
+        }
+    })?;
     // The I/O's own reference keeps the pages pinned; the claim can go.
     Ok(Memory {
         pages: claim.pages()?,
@@ -1045,6 +1139,18 @@ fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: 
                 &*leg.name,
                 Bdf(why.dma),
                 legs,
+                req.fd,
+                Bdf(why.provider)
+            ),
+            // A stack of one leg (a degraded raid1, a multipath head with
+            // one path left): the leg is named too.
+            Some(leg) => pr_info!(
+                "{}: {} at {} (the only path or leg under fd {}) cannot reach the device \
+                 memory of {} (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through \
+                 host memory\n",
+                op_name(req.write),
+                &*leg.name,
+                Bdf(why.dma),
                 req.fd,
                 Bdf(why.provider)
             ),

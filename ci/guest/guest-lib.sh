@@ -737,6 +737,7 @@ stack_build() {
 	mdadm --build /dev/md0 --level=0 --chunk=64 --raid-devices=2 "${n7}p1" "${n8}p1" &&
 		mdadm --build /dev/md1 --level=1 --raid-devices=2 --assume-clean "${n7}p2" "${n8}p2" &&
 		mdadm --build /dev/md2 --level=1 --raid-devices=2 --assume-clean "${n7}p3" "${n9}p1" &&
+		mdadm --build /dev/md7 --level=1 --raid-devices=1 --force --assume-clean "${n9}p2" &&
 		dmsetup create p2plin --noudevsync \
 			--table "0 $(cat "/sys/class/block/${n8##*/}p3/size") linear ${n8}p3 0" &&
 		dmsetup mknodes p2plin || return 1
@@ -801,11 +802,11 @@ stack_limits_teardown() {
 	return $rc
 }
 # No md array lost a leg: every array shows all its members up (md1 and
-# md2 [UU], md3 to md6 [U]) and none is marked faulty.
+# md2 [UU], md3 to md7 [U]) and none is marked faulty.
 mdstat_clean() {
 	cat /proc/mdstat
 	! grep -q '(F)' /proc/mdstat && [ "$(grep -c '\[UU\]' /proc/mdstat)" = 2 ] &&
-		[ "$(grep -c '\[U\]' /proc/mdstat)" = 4 ]
+		[ "$(grep -c '\[U\]' /proc/mdstat)" = 5 ]
 }
 stack_teardown() {
 	rc=0
@@ -813,7 +814,7 @@ stack_teardown() {
 	for i in 6 5 4 3; do
 		! grep -q "^md$i " /proc/mdstat || mdadm --stop "/dev/md$i" || rc=1
 	done
-	dmsetup remove --noudevsync p2plin && mdadm --stop /dev/md0 /dev/md1 /dev/md2 || rc=1
+	dmsetup remove --noudevsync p2plin && mdadm --stop /dev/md0 /dev/md1 /dev/md2 /dev/md7 || rc=1
 	return $rc
 }
 stack_suites() {
@@ -828,7 +829,8 @@ stack_suites() {
 	say "# suite-exit: stack $fails"
 	say "# suite: c-stack"
 	P2P_MPATH_SW=$(ns_dev 5) P2P_MPATH_MIX=$(ns_dev 6) P2P_MD_RAID0=/dev/md0 \
-		P2P_MD_RAID1=/dev/md1 P2P_MD_MIXED=/dev/md2 P2P_DM_LINEAR=/dev/mapper/p2plin \
+		P2P_MD_RAID1=/dev/md1 P2P_MD_MIXED=/dev/md2 P2P_MD_ONE_RP=/dev/md7 \
+		P2P_DM_LINEAR=/dev/mapper/p2plin \
 		P2P_PART="$(ns_dev 7)p4" P2P_DM_DEEP4=/dev/mapper/p2pdeep4 \
 		P2P_DM_DEEP5=/dev/mapper/p2pdeep5 P2P_DM_WIDE32=/dev/mapper/p2pwide32 \
 		P2P_DM_WIDE33=/dev/mapper/p2pwide33 P2P_MD_DEEP4=/dev/md5 P2P_MD_DEEP5=/dev/md6 \

@@ -285,6 +285,23 @@ static inline void log_kernel(const char *msg)
 	close(fd);
 }
 
+/* Lines of the kernel log that hold @needle, a fixed string without quotes. */
+static inline int klog_has(const char *needle)
+{
+	char cmd[320];
+	int n = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "dmesg | grep -cF -- '%s'", needle);
+	f = popen(cmd, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%d", &n) != 1)
+		n = 0;
+	pclose(f);
+	return n;
+}
+
 /* Writes @val to the sysfs file @path: 0 or -errno (-EIO on a short write). */
 static inline int sysfs_write(const char *path, const char *val)
 {

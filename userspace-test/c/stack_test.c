@@ -164,22 +164,6 @@ static void rec_dma(int nsid, __u64 off, __u64 len, const char *where, const cha
 }
 
 /* How many times "p2pdirect" messages in the kernel log contain @needle. */
-static int klog_has(const char *needle)
-{
-	char cmd[256];
-	int n = 0;
-	FILE *f;
-
-	snprintf(cmd, sizeof(cmd), "dmesg | grep -c '%s'", needle);
-	f = popen(cmd, "r");
-	if (!f)
-		return 0;
-	if (fscanf(f, "%d", &n) != 1)
-		n = 0;
-	pclose(f);
-	return n;
-}
-
 static int not_dot(const struct dirent *d)
 {
 	return d->d_name[0] != '.';
@@ -375,6 +359,23 @@ TEST_F(stk, md_raid1_mixed_refused)
 	rec_dma(7, PART_START(3) + at, len, NULL, "write");
 	rec_nvme(9, PART_START(1) + at, len, 0x72, at);
 	rec_dma(9, PART_START(1) + at, len, NULL, "write");
+	close(fd);
+}
+
+/*
+ * A raid1 of one leg, on the root port (a degraded array, a multipath head
+ * with one path left): refused, and the log names that leg, as it does one
+ * of two.
+ */
+TEST_F(stk, md_one_leg_unreachable_names_it)
+{
+	struct p2pdirect_io r;
+	int fd = open_env("P2P_MD_ONE_RP");
+	int before = klog_has("(the only path or leg under fd");
+
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-EREMOTEIO, io(self, 0, fd, 0, 0, MiB, 4 * MiB, &r));
+	EXPECT_LT(before, klog_has("(the only path or leg under fd"));
 	close(fd);
 }
 

@@ -1123,6 +1123,107 @@ static int run_process(const char *ns, const struct gpu *g, int gi, int proc)
  * Several processes, several threads each, separate and shared buffers; the
  * statistics, which every thread updates at once, count every I/O.
  */
+/*
+ * The module prints at most 10 refusal lines per 5 s (one limit for all):
+ * every 8 refusals the test waits the window out, so each gets its line.
+ */
+static int refusals;
+
+#define EXPECT_SAYS(expected, call, needle)					\
+	do {									\
+		int before_;							\
+										\
+		if (refusals++ % 8 == 0)					\
+			sleep(6);						\
+		before_ = klog_has(needle);					\
+		EXPECT_EQ(expected, call);					\
+		EXPECT_LT(before_, klog_has(needle))				\
+			TH_LOG("no kernel log line with '%s'", needle);		\
+	} while (0)
+
+/*
+ * Every refusal whose errno alone does not say which rule the call broke
+ * leaves a line in the kernel log that does (README "The ABI").
+ */
+TEST_F(st, refusals_say_why)
+{
+	struct p2pdirect_register reg = { 0 }, ro = { 0 };
+	struct p2pdirect_alloc a = { .provider = 0xfffff, .size = 4096 };
+	struct p2pdirect_dma_probe probe = { 0 };
+	int rd, dir, tmp, closed, pipefd[2];
+	__u64 len = 256 * KiB, p;
+	struct dbuf b;
+
+	ASSERT_EQ(0, dbuf_registered(self->dev, &self->gpu[1], len, &b, &reg));
+	p = (uintptr_t)b.p;
+	rd = open(self->ns1, O_RDONLY | O_DIRECT);
+	ASSERT_GE(rd, 0);
+	dir = open("/mnt/ext4", O_RDONLY | O_DIRECTORY);
+	ASSERT_GE(dir, 0);
+	tmp = open("/tmp/odirect-why.bin", O_RDWR | O_CREAT | O_DIRECT, 0600);
+	ASSERT_GE(tmp, 0);
+	ASSERT_EQ(0, ftruncate(tmp, MiB));
+	ASSERT_EQ(0, pipe(pipefd));
+	closed = dup(rd);
+	close(closed);
+
+	/* The argument. */
+	EXPECT_SAYS(-EINVAL, rw(self->dev, false, rd, 0, p, 0, 0, 0, NULL),
+		    "READ: size 0: nothing to move");
+	EXPECT_SAYS(-EINVAL, rw(self->dev, false, rd, 0x80, p, 4096, 0, 0, NULL),
+		    "READ: unknown flags 0x80");
+	EXPECT_SAYS(-EINVAL, rw(self->dev, false, rd, 0, p, 4096, 1ull << 63, 0, NULL),
+		    "is negative as a loff_t");
+	EXPECT_SAYS(-EINVAL, rw(self->dev, false, rd, 0, p, 4096, 0, (__u64)-4096, NULL),
+		    "overflows");
+	/* The file descriptor. */
+	EXPECT_SAYS(-EBADF, rw(self->dev, false, closed, 0, p, 4096, 0, 0, NULL),
+		    "is not an open file descriptor opened for reading");
+	EXPECT_SAYS(-EBADF, rw(self->dev, true, rd, 0, p, 4096, 128 * MiB, 0, NULL),
+		    "is not an open file descriptor opened for writing");
+	EXPECT_SAYS(-EISDIR, rw(self->dev, false, dir, 0, p, 4096, 0, 0, NULL),
+		    "is a directory");
+	EXPECT_SAYS(-ESPIPE, rw(self->dev, false, pipefd[0], 0, p, 4096, 0, 0, NULL),
+		    "is a pipe or socket");
+	EXPECT_SAYS(-EOPNOTSUPP, rw(self->dev, false, tmp, 0, p, 4096, 0, 0, NULL),
+		    "is a file on a file system without a block device");
+	/* Registrations. */
+	EXPECT_SAYS(-ERANGE, rw(self->dev, false, rd, P2PDIRECT_IO_REGISTERED, reg.id, 8192, 0,
+				len - 4096, NULL), "runs past registration");
+	EXPECT_SAYS(-ENOENT, rw(self->dev, false, rd, P2PDIRECT_IO_REGISTERED, reg.id + 1000,
+				4096, 0, 0, NULL), "this file has no registration");
+	ro.addr = p + len / 2;
+	ro.size = len / 2;
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &ro));
+	EXPECT_SAYS(-EPERM, rw(self->dev, false, rd, P2PDIRECT_IO_REGISTERED, ro.id, 4096, 0, 0,
+			       NULL), "was made without P2PDIRECT_REG_WRITE");
+	EXPECT_SAYS(-EEXIST, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &reg) ? -errno : 0,
+		    "this file has a live registration of");
+	/* Memory a READ cannot write: a read-only mapping of device memory. */
+	ASSERT_EQ(0, mprotect(b.map, b.a.size, PROT_READ));
+	EXPECT_SAYS(-EFAULT, rw(self->dev, false, rd, 0, p, 4096, 0, 0, NULL),
+		    "cannot be pinned for writing");
+	/* ALLOC of a provider that does not exist; DMA_PROBE of no block device. */
+	EXPECT_SAYS(-ENODEV, ioctl(self->dev, P2PDIRECT_IOC_ALLOC, &a) ? -errno : 0,
+		    "ALLOC refused: no provider 1048575");
+	probe.addr = p;
+	probe.size = 4096;
+	probe.fd = tmp;
+	EXPECT_SAYS(-ENOTBLK, ioctl(self->dev, P2PDIRECT_IOC_DMA_PROBE, &probe) ? -errno : 0,
+		    "is not a block device");
+	/* Freed memory: its registrations are dead. */
+	ASSERT_EQ(0, dbuf_free(self->dev, &b));
+	EXPECT_SAYS(-ESTALE, rw(self->dev, false, rd, P2PDIRECT_IO_REGISTERED, reg.id, 4096, 0, 0,
+				NULL), "went away (FREE");
+
+	close(pipefd[0]);
+	close(pipefd[1]);
+	close(tmp);
+	unlink("/tmp/odirect-why.bin");
+	close(dir);
+	close(rd);
+}
+
 TEST_F(st, concurrent_processes_and_threads)
 {
 	const __u64 ios = PROCS * THREADS * ROUNDS;

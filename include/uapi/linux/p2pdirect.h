@@ -19,6 +19,9 @@
  * Errors common to every command:
  *  -ENOTTY  unknown command, or a known command number with a wrong size or
  *           direction (a caller built against another version of this file);
+ *           the VFS's generic ioctls (FIOCLEX, FIONCLEX, FIONBIO, FIOASYNC,
+ *           FIGETBSZ, see ioctl_list) are served before the driver sees
+ *           them, on /dev/p2pdirect as on any file;
  *  -EFAULT  the argument pointer is not readable/writable user memory. Every
  *           argument struct is read and written back before the command acts
  *           (since ABI 1.6), so a read-only argument fails before anything
@@ -310,6 +313,10 @@ struct p2pdirect_provider_info {
  * @entries: in, user pointer to @capacity struct p2pdirect_provider_info
  * @capacity: in, entries room at @entries (0: only count them)
  * @count: out, number of providers; entries beyond @capacity are not written
+ *
+ * Providers come and go (device hotplug): call again with more room while
+ * @count is above @capacity. Errors: -EFAULT @entries cannot be written
+ * (after @count was found; nothing changes); -ENOMEM.
  */
 struct p2pdirect_list_providers {
 	__u64 entries;
@@ -323,6 +330,10 @@ struct p2pdirect_list_providers {
  * @flags: in, zero
  * @size: in, bytes (> 0); out, rounded up to whole pages
  * @alignment: in, 0 (page) or a power of two; alignment within the BAR
+ *              (of the allocation's offset from the BAR's start, so any
+ *              power of two fits offset 0 of an empty BAR provider, while
+ *              a PUBLISHED provider's pool, which starts further in, can
+ *              answer -ENOMEM for one past its size)
  * @handle: out, names the allocation for FREE
  * @mmap_offset: out, the offset to mmap() the allocation at (MAP_SHARED,
  *               length == @size, no PROT_EXEC); it is @handle << 40, so a
@@ -470,7 +481,10 @@ struct p2pdirect_dma_seg {
  * stacked device of more than one leg, whose legs are checked on the pages;
  * -EOVERFLOW another module's client reports a page size of 4 GiB or more,
  * which @page_size cannot hold;
- * -EINVAL size 0, a wrapping range, unknown flags, pad.
+ * -EINVAL size 0, a wrapping range, unknown flags, pad. The errors of
+ * another module's client (its acquire, get_pages and dma_map) and of the
+ * DMA mapping itself (through an IOMMU: -ENOMEM, -EIO, -EINVAL) come back
+ * as they are.
  */
 struct p2pdirect_dma_probe {
 	__u64 addr;
@@ -664,7 +678,10 @@ struct p2pdirect_reg_id {
  * READ: an xfs reflinked file written off its allocation unit) would be
  * CPU copies: refused with -EOPNOTSUPP, or with COMPAT bounced and counted
  * in @bounce_bytes, never in @p2p_bytes. A fallback a file system does not
- * report (ext4's block-mapped files written into a hole) is not seen.
+ * report (ext4's block-mapped files written into a hole) is not seen, nor
+ * is a FUSE file system on a block device (fuseblk: ntfs-3g, exfat-fuse),
+ * whose daemon copies the data with the CPU: its bytes are counted in
+ * @p2p_bytes; do not use such files for P2P I/O.
  *
  * Errors: -EBADF @fd is not open, or lacks the access mode (WRITE on an
  * O_RDONLY fd, READ on an O_WRONLY fd; tested before the kind, as read(2)
@@ -688,7 +705,9 @@ struct p2pdirect_reg_id {
  * was invalidated (its memory went away); -EPERM READ into a registration made without
  * P2PDIRECT_REG_WRITE; -EREMOTEIO the block device's DMA device cannot reach
  * the memory and COMPAT is not set; -ENOSPC WRITE past the end of a block
- * device; -EPERM WRITE to a read-only block device (write(2)'s errno; ABI
+ * device, or, like -EIO, an earlier failed write-back of a raw block
+ * device's cached data in the range, reported to READ and WRITE alike (as
+ * an O_DIRECT read(2) reports it); -EPERM WRITE to a read-only block device (write(2)'s errno; ABI
  * 1.5 said -EROFS); -EROFS WRITE to a file whose file system's block device
  * was made read-only after the mount (the block layer would only log such a
  * write); -ETXTBSY WRITE to an active swap device; -EOPNOTSUPP @addr is

@@ -30,9 +30,6 @@ if [ -f "$out/.built" ]; then
 	exit 0
 fi
 
-# A build takes about 0.9 GiB; a taken-over seed already holds most.
-need_space "$P2P_CACHE/build" 1500 "the kernel build $(basename "$out")"
-
 mkmake() { make -C "$src" O="$out" LLVM="$LLVM" RUSTC="$KRUSTC" BINDGEN="$BINDGEN" "$@"; }
 
 log "configuring $(basename "$src") ($flavor) in $out"
@@ -56,6 +53,9 @@ else
 		mv "$seed" "$out"
 	fi
 fi
+# A build from scratch takes about 0.9 GiB; one that goes on, or takes a
+# seed over, holds most of that already.
+[ -f "$out/.config" ] || need_space "$P2P_CACHE/build" 1500 "the kernel build $(basename "$out")"
 mkdir -p "$out"
 echo "$flavor" >"$out/.flavor"
 mkmake -s tinyconfig >/dev/null

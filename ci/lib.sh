@@ -48,9 +48,10 @@ lock_cache() {
 need_space() {
 	mkdir -p "$1"
 	local free
-	free=$(df -Pk "$1" | awk 'NR == 2 { print int($4 / 1024) }')
-	[ "${free:-0}" -ge "$2" ] ||
-		die "$3 needs about $2 MiB free in $1; its file system has ${free:-?} MiB (free some, or point P2PDIRECT_CACHE at another disk)"
+	free=$(df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print int($4 / 1024) }') || free=
+	[ -n "$free" ] || die "$3: the free space in $1 cannot be measured (df -Pk $1 failed)"
+	[ "$free" -ge "$2" ] ||
+		die "$3 needs about $2 MiB free in $1; its file system has $free MiB (free some, or point P2PDIRECT_CACHE at another disk)"
 }
 
 # prune_runs DIR KEEP: removes all but the KEEP newest subdirectories of DIR.

@@ -1010,7 +1010,8 @@ impl Allocation {
         if self.state.inner.lock().live.is_none() {
             refuse!(
                 ENODEV,
-                "mmap refused: the allocation's memory is gone (its device was removed)\n"
+                "mmap refused: the allocation's memory is gone (its device was removed or \
+                 its driver unbound)\n"
             );
         }
         vma.set_mixedmap();

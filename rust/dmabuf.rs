@@ -242,8 +242,8 @@ pub(crate) fn export(alloc: Arc<AllocState>, offset: u64, size: u64) -> Result<N
         if e == EFAULT {
             refuse!(
                 ENODEV,
-                "EXPORT_DMABUF refused: the allocation's memory went away during the export \
-                 (FREE, device removal)\n"
+                "EXPORT_DMABUF refused: the allocation's memory was revoked (FREE, device \
+                 removal or driver unbind)\n"
             );
         }
         return Err(e);

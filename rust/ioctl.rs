@@ -292,7 +292,8 @@ fn dma_probe(arg: usize) -> Result<isize> {
     }
     let range = UserRange::new(req.addr, req.size)?;
     let legs = ffi::DmaDevice::of_block_fd(req.fd).inspect_err(|e| {
-        if !crate::sys::ratelimit::allow() {
+        let says = stack_limit(*e).is_some() || *e == ENODEV || *e == ENOTBLK;
+        if !says || !crate::sys::ratelimit::allow() {
             return;
         }
         if let Some((max, what)) = stack_limit(*e) {
@@ -304,7 +305,8 @@ fn dma_probe(arg: usize) -> Result<isize> {
         } else if *e == ENODEV {
             pr_info!(
                 "DMA_PROBE: fd {} is a block device with no PCI device under it that \
-                 p2pdirect can find (loop, RAM disk, device-mapper)\n",
+                 p2pdirect can find (loop, RAM disk, or a stack over them; or its disk \
+                 was removed)\n",
                 req.fd
             );
         } else if *e == ENOTBLK {

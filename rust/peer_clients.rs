@@ -43,7 +43,18 @@ impl Context for PinContext {
     fn get_pages(&mut self, write: bool) -> Result {
         // No pin (nor its page array) larger than a file may keep pinned.
         self.range.check_pin_cap()?;
-        let pin = UserPin::new(self.range.addr, self.range.size, write)?;
+        let pin = UserPin::new(self.range.addr, self.range.size, write).inspect_err(|e| {
+            if *e == EFAULT && crate::sys::ratelimit::allow() {
+                pr_info!(
+                    "{:#x}+{:#x}: the memory cannot be pinned{}: not mapped{} (FREE, device \
+                     removal, munmap, mprotect)\n",
+                    self.range.addr,
+                    self.range.size,
+                    if write { " for writing" } else { "" },
+                    if write { " writable" } else { "" }
+                );
+            }
+        })?;
         // A range that runs from device memory into RAM is not device memory.
         if !pin.is_p2pdma() {
             return Err(ENXIO);

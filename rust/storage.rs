@@ -703,7 +703,7 @@ fn plan(me: &dyn IoOwner, req: &Request, keys: &mut Keys) -> Result<Planned> {
     if req.write && lim.read_only {
         refuse!(
             EROFS,
-            "WRITE: fd {} is on a read-only file system or block device\n",
+            "WRITE: the block device under fd {}'s file system was made read-only\n",
             req.fd
         );
     }
@@ -940,23 +940,7 @@ fn resolve_memory(me: &dyn IoOwner, req: &Request, lim: &Limits) -> Result<Memor
         }
     })?;
     claim.check_io()?;
-    claim.get_pages(mem_written).inspect_err(|e| {
-        if *e == EFAULT && crate::sys::ratelimit::allow() {
-            pr_info!(
-                "{}: the device memory at {:#x}+{:#x} cannot be pinned{}: its mapping is \
-                 gone (FREE, device removal){}\n",
-                op_name(req.write),
-                start,
-                req.size,
-                if mem_written { " for writing" } else { "" },
-                if mem_written {
-                    ", or read-only (a READ writes it)"
-                } else {
-                    ""
-                }
-            );
-        }
-    })?;
+    claim.get_pages(mem_written)?;
     // The I/O's own reference keeps the pages pinned; the claim can go.
     Ok(Memory {
         pages: claim.pages()?,
@@ -1142,8 +1126,8 @@ fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: 
                 req.fd,
                 Bdf(why.provider)
             ),
-            // A stack of one leg (a degraded raid1, a multipath head with
-            // one path left): the leg is named too.
+            // A stack of one leg (a raid1 of one member, a multipath head
+            // with one path left): the leg is named too.
             Some(leg) => pr_info!(
                 "{}: {} at {} (the only path or leg under fd {}) cannot reach the device \
                  memory of {} (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through \

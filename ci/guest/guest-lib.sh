@@ -824,12 +824,13 @@ stack_suites() {
 	n=0
 	fails=0
 	check "multipath heads of nsid 5 and 6, two paths each" mpath_heads
-	check "md raid0, raid1, raid1 with a root-port leg; dm-linear; dm stacks 4 and 5 deep, 32 and 33 wide; md stacks 4 and 5 deep" stack_build
+	check "md raid0, raid1, raid1 with a root-port leg, raid1 of one root-port leg; dm-linear; dm stacks 4 and 5 deep, 32 and 33 wide; md stacks 4 and 5 deep" stack_build
 	say "1..$n"
 	say "# suite-exit: stack $fails"
 	say "# suite: c-stack"
 	P2P_MPATH_SW=$(ns_dev 5) P2P_MPATH_MIX=$(ns_dev 6) P2P_MD_RAID0=/dev/md0 \
 		P2P_MD_RAID1=/dev/md1 P2P_MD_MIXED=/dev/md2 P2P_MD_ONE_RP=/dev/md7 \
+		P2P_MD_ONE_LEG="$(basename "$(ns_dev 9)")p2" \
 		P2P_DM_LINEAR=/dev/mapper/p2plin \
 		P2P_PART="$(ns_dev 7)p4" P2P_DM_DEEP4=/dev/mapper/p2pdeep4 \
 		P2P_DM_DEEP5=/dev/mapper/p2pdeep5 P2P_DM_WIDE32=/dev/mapper/p2pwide32 \

@@ -96,6 +96,11 @@ echo "$out" | grep -q "a test build needs about 1000000000 MiB free in $tmp/spac
 out=$(P2PDIRECT_CACHE="$tmp/c" bash -c '. "$1/lib.sh" && need_space "$2" 1 "a test build" && echo reached' _ "$ci" "$tmp/space" 2>&1)
 [ "$out" = reached ] && ok "need_space: enough room passes silently" ||
 	notok "need_space: enough room passes silently ($out)"
+mkdir -p "$tmp/nodf" && printf '#!/bin/sh\nexit 1\n' >"$tmp/nodf/df" && chmod +x "$tmp/nodf/df"
+out=$(PATH="$tmp/nodf:$PATH" P2PDIRECT_CACHE="$tmp/c" bash -c 'set -euo pipefail; . "$1/lib.sh" && need_space "$2" 1 "a test build" && echo reached' _ "$ci" "$tmp/space" 2>&1)
+echo "$out" | grep -q "a test build: the free space in $tmp/space cannot be measured" &&
+	ok "need_space: a df that fails is said so, not taken for a full disk or a silent exit" ||
+	notok "need_space: a df that fails is said so, not taken for a full disk or a silent exit ($out)"
 # lock_cache: a second run waits, saying so, until the first is gone.
 P2PDIRECT_CACHE="$tmp/c" bash -c '. "$1/lib.sh" && lock_cache build-x && touch "$2" && sleep 2' _ "$ci" "$tmp/held" &
 holder=$!

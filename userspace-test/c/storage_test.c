@@ -1120,10 +1120,6 @@ static int run_process(const char *ns, const struct gpu *g, int gi, int proc)
 }
 
 /*
- * Several processes, several threads each, separate and shared buffers; the
- * statistics, which every thread updates at once, count every I/O.
- */
-/*
  * The module prints at most 10 refusal lines per 5 s (one limit for all):
  * every 8 refusals the test waits the window out, so each gets its line.
  */
@@ -1143,9 +1139,10 @@ static int refusals;
 
 /*
  * Every refusal whose errno alone does not say which rule the call broke
- * leaves a line in the kernel log that does (README "The ABI").
+ * leaves a line in the kernel log that does (README "The ABI"). Its pauses
+ * take 18 s of the time limit.
  */
-TEST_F(st, refusals_say_why)
+TEST_F_TIMEOUT(st, refusals_say_why, 120)
 {
 	struct p2pdirect_register reg = { 0 }, ro = { 0 };
 	struct p2pdirect_alloc a = { .provider = 0xfffff, .size = 4096 };
@@ -1224,6 +1221,10 @@ TEST_F(st, refusals_say_why)
 	close(rd);
 }
 
+/*
+ * Several processes, several threads each, separate and shared buffers; the
+ * statistics, which every thread updates at once, count every I/O.
+ */
 TEST_F(st, concurrent_processes_and_threads)
 {
 	const __u64 ios = PROCS * THREADS * ROUNDS;

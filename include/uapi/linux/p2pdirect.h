@@ -742,9 +742,12 @@ struct p2pdirect_io {
  * @kind: P2PDIRECT_STAT_*
  * @id: see P2PDIRECT_STAT_*
  * @reads: READs that moved data or failed (a READ refused once its fd was
- *	found, by an argument check too, counts as failed in the block
+ *	found good, by an argument check too, counts as failed in the block
  *	device's row, and in the provider's once its memory was found; one
- *	refused before, such as -EBADF, counts nowhere)
+ *	refused before, for its argument's flags or size or for the fd
+ *	itself (-EBADF; the fd's kind: -EISDIR, -ESPIPE, -EINVAL, also
+ *	without O_DIRECT, -EOPNOTSUPP for tmpfs; -EPERM and -ETXTBSY of a
+ *	WRITE), counts nowhere)
  * @writes: WRITEs that moved data or failed (as @reads)
  * @errors: of those, the ones that failed
  * @bytes_read: bytes READ moved

@@ -316,7 +316,7 @@ impl Args {
                             .and_then(|n| u32::try_from(n).ok())
                             .ok_or_else(|| {
                                 format!(
-                                    "--gpu takes an index, as `p2pd list` shows it ('{v}' given)"
+                                    "--gpu takes an index, as `p2pd info` shows it ('{v}' given)"
                                 )
                             })?,
                     )
@@ -1226,7 +1226,7 @@ pub(crate) mod tests {
             (["bench", "--qd", "4,,8"], "('' given)"),
             (
                 ["verify", "--gpu", "+1"],
-                "--gpu takes an index, as `p2pd list` shows it ('+1' given)",
+                "--gpu takes an index, as `p2pd info` shows it ('+1' given)",
             ),
             (["verify", "--gpu", "4294967296"], "('4294967296' given)"),
             (["bench", "--seconds", "inf"], "under 3600 ('inf' given)"),

@@ -272,6 +272,17 @@ p2pd_stats_json() {
 	grep -q '"kind":"block","device":"[0-9]*:[0-9]*","name":"nvme[0-9]*n[0-9]*"' /tmp/json.out ||
 		{ head -c 600 /tmp/json.out; return 1; }
 }
+# stats --reset prints the counters as they were, says so, and zeroes them:
+# the next stats shows no READ or WRITE (nothing runs in between).
+p2pd_stats_reset() {
+	/tests/p2pd stats --reset >/tmp/reset.out 2>&1 || { cat /tmp/reset.out; return 1; }
+	cat /tmp/reset.out
+	tail -n 1 /tmp/reset.out | grep -qx '(counters reset)' &&
+		grep -Eq '^(provider|block) +[^ ]+ +([1-9][0-9]*) ' /tmp/reset.out || return 1
+	p2pd_json stats || return 1
+	grep -q '"reads":0,"writes":0' /tmp/json.out &&
+		! grep -Eq '"(reads|writes|errors)":[1-9]' /tmp/json.out || { head -c 600 /tmp/json.out; return 1; }
+}
 p2pd_info_json() {
 	p2pd_json info || return 1
 	grep -q '"bytes_total":[1-9][0-9]*,"bytes_free":[0-9]*,"bytes_used":[0-9]*,' /tmp/json.out ||
@@ -679,6 +690,8 @@ p2pd_suite() {
 	check "p2pd bench region past the end or too small: refused naming --offset, --size, defaults, MiB" \
 		p2pd_bench_region
 	check "p2pd stats --json is one JSON document, block rows named" p2pd_stats_json
+	check "p2pd stats --reset: the counters as they were, then \"(counters reset)\", then zero" \
+		p2pd_stats_reset
 	check "p2pd version --json is one JSON document with the ABI" p2pd_version_json
 	check "p2pd bench on a controller without p2pmem: upstream sysfs paths left out, said so" \
 		p2pd_bench_no_p2pmem

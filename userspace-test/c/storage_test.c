@@ -855,6 +855,85 @@ TEST_F(st, statistics)
  * counts as a failed WRITE in the provider's row as well as the block
  * device's, as the header says (until 1.17 only in the block device's).
  */
+/*
+ * The rows count bytes by path: a COMPAT READ's in @bounce_bytes, a file
+ * READ's holes in @zeroed_bytes and the rest in @p2p_bytes, in the
+ * provider's row and the block device's alike; a READ refused for its fd
+ * (no O_DIRECT) counts in no row.
+ */
+TEST_F(st, statistics_count_bounced_and_zeroed_bytes)
+{
+	struct p2pdirect_stat rows[P2PDIRECT_STATS_MAX_ENTRIES], *prov, *blk;
+	__u64 len = MiB, foff = 6 * MiB, seed = 0x3a1;
+	struct p2pdirect_io out;
+	struct read_rec r;
+	struct stat st;
+	struct dbuf b;
+	int fd, nod;
+
+	ASSERT_EQ(0, dbuf_new(self->dev, &self->gpu[0], 2 * len, &b));
+	fd = open(self->ns4, O_RDONLY | O_DIRECT);
+	nod = open(self->ns4, O_RDONLY);
+	ASSERT_GE(fd, 0);
+	ASSERT_GE(nod, 0);
+	ASSERT_EQ(0, fstat(fd, &st));
+	ASSERT_GE(stats(self->dev, rows, P2PDIRECT_STATS_MAX_ENTRIES, P2PDIRECT_STATS_RESET), 0);
+	EXPECT_EQ(-EINVAL, rw(self->dev, false, nod, 0, (uintptr_t)b.p, len, foff, 0, NULL));
+	ASSERT_EQ(0, rw(self->dev, false, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)b.p, len, foff, 0,
+			&out));
+	EXPECT_EQ(len, out.bounce_bytes);
+	rec_ns(&b, 0, len, 4, foff, 0);
+	rec_dma(4, foff, len, NULL);
+	ASSERT_GT(stat_rows(self->dev, rows, self->gpu[0].pci, &st, &prov, &blk), 0);
+	ASSERT_NE(NULL, prov);
+	ASSERT_NE(NULL, blk);
+	EXPECT_EQ(1u, blk->reads);		/* the refused READ is not there */
+	EXPECT_EQ(0u, blk->errors);
+	EXPECT_EQ(len, blk->bounce_bytes);
+	EXPECT_EQ(0u, blk->p2p_bytes);
+	EXPECT_EQ(1u, prov->reads);
+	EXPECT_EQ(len, prov->bounce_bytes);
+	EXPECT_EQ(len, prov->bytes_read);
+	close(nod);
+	close(fd);
+
+	/* xfs: a file of a hole, then a MiB of data. */
+	fd = open("/mnt/xfs/stats-holes.bin", O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+	ASSERT_GE(fd, 0);
+	fill_buf(b.p, len, len, seed);
+	rec_fill(&b, 0, len, seed, len);
+	ASSERT_EQ(0, rw(self->dev, true, fd, 0, (uintptr_t)b.p, len, len, 0, &out));
+	ASSERT_EQ(len, out.bytes);
+	ASSERT_EQ(0, fsync(fd));
+	ASSERT_EQ(0, fstat(fd, &st));
+	st.st_rdev = st.st_dev;			/* the row of the file system's device */
+	fill_buf(b.p, 2 * len, 0, 0x3a2);
+	rec_fill(&b, 0, 2 * len, 0x3a2, 0);
+	ASSERT_GE(stats(self->dev, rows, P2PDIRECT_STATS_MAX_ENTRIES, P2PDIRECT_STATS_RESET), 0);
+	ASSERT_EQ(0, rw(self->dev, false, fd, 0, (uintptr_t)b.p, 2 * len, 0, 0, &out));
+	EXPECT_EQ(2 * len, out.bytes);
+	EXPECT_EQ(len, out.zeroed_bytes);
+	EXPECT_EQ(len, out.p2p_bytes);
+	EXPECT_EQ(0u, nonzero(b.p, len));
+	EXPECT_EQ(0u, fill_diff(b.p + len, len, len, seed));
+	rec_zero(&b, 0, len);
+	r = (struct read_rec){ .b = &b, .pos = len, .boff = len, .nsid = 3 };
+	walk_extents(fd, len, len, read_rec_fn, &r);
+	ASSERT_GT(stat_rows(self->dev, rows, self->gpu[0].pci, &st, &prov, &blk), 0);
+	ASSERT_NE(NULL, prov);
+	ASSERT_NE(NULL, blk);
+	EXPECT_EQ(1u, blk->reads);
+	EXPECT_EQ(2 * len, blk->bytes_read);
+	EXPECT_EQ(len, blk->zeroed_bytes);
+	EXPECT_EQ(len, blk->p2p_bytes);
+	EXPECT_EQ(0u, blk->bounce_bytes);
+	EXPECT_EQ(len, prov->zeroed_bytes);
+	EXPECT_EQ(len, prov->p2p_bytes);
+	close(fd);
+	unlink("/mnt/xfs/stats-holes.bin");
+	EXPECT_EQ(0, dbuf_free(self->dev, &b));
+}
+
 TEST_F(st, statistics_write_at_the_end_counts_for_the_provider)
 {
 	struct p2pdirect_stat rows[P2PDIRECT_STATS_MAX_ENTRIES], *prov, *blk;

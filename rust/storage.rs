@@ -861,8 +861,8 @@ fn resolve_memory(me: &dyn IoOwner, req: &Request, lim: &Limits) -> Result<Memor
     if req.flags & uapi::P2PDIRECT_IO_REGISTERED != 0 {
         let pages = me
             .registration_pages(req.addr, &|reg| {
-                let end = req.buf_offset.checked_add(req.size).ok_or(ERANGE);
-                if end.map_or(true, |end| end > reg.range.size) {
+                let end = req.buf_offset.checked_add(req.size);
+                if end.is_none_or(|end| end > reg.range.size) {
                     refuse!(
                         ERANGE,
                         "{}: buffer offset {:#x} + size {:#x} runs past registration {}'s \
@@ -1115,26 +1115,15 @@ fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: 
                     req.fd
                 ),
             },
-            Some(leg) if legs > 1 => pr_info!(
-                "{}: {} at {} (one of {} paths or legs under fd {}) cannot reach the device \
-                 memory of {} (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through \
-                 host memory\n",
-                op_name(req.write),
-                &*leg.name,
-                Bdf(why.dma),
-                legs,
-                req.fd,
-                Bdf(why.provider)
-            ),
-            // A stack of one leg (a raid1 of one member, a multipath head
-            // with one path left): the leg is named too.
+            // A stacked device's leg, also its only one (a raid1 of one
+            // member, a multipath head with one path left).
             Some(leg) => pr_info!(
-                "{}: {} at {} (the only path or leg under fd {}) cannot reach the device \
-                 memory of {} (P2P distance); set P2PDIRECT_IO_COMPAT to bounce through \
-                 host memory\n",
+                "{}: {} at {} ({} under fd {}) cannot reach the device memory of {} (P2P \
+                 distance); set P2PDIRECT_IO_COMPAT to bounce through host memory\n",
                 op_name(req.write),
                 &*leg.name,
                 Bdf(why.dma),
+                LegOf(legs),
                 req.fd,
                 Bdf(why.provider)
             ),
@@ -1149,6 +1138,19 @@ fn refuse_unreachable(req: &Request, lim: &Limits, why: &Unreachable<'_>, legs: 
         }
     }
     eremoteio()
+}
+
+/// Which of a stacked device's `n` legs a message names: "one of n paths
+/// or legs", or "the only path or leg".
+struct LegOf(usize);
+
+impl kernel::fmt::Display for LegOf {
+    fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        match self.0 {
+            1 => f.write_str("the only path or leg"),
+            n => write!(f, "one of {n} paths or legs"),
+        }
+    }
 }
 
 /// `len` bytes at `pos` of the file and at `off` of `pages`, one way.

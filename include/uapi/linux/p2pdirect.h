@@ -8,7 +8,11 @@
  *    size is part of the command number, so a caller built against another
  *    layout gets -ENOTTY instead of a misread struct (the io_uring cmd_op
  *    values, which are not ioctls, are _IOW: the argument is only read);
- *  - pointers and sizes are __u64; no enums, no bitfields;
+ *  - pointers and sizes are __u64; no enums, no bitfields; every __u64 sits
+ *    at a multiple of 8 and every struct's size is one, so 32-bit and 64-bit
+ *    x86 processes see the same layouts and command numbers (ci/uapi-abi.py
+ *    checks it with gcc -m32 and -m64): a 32-bit process's ioctls take the
+ *    same path (compat_ptr_ioctl) with its pointers zero-extended;
  *  - fields named pad/reserved must be zero on input (else -EINVAL) and are
  *    zero on output;
  *  - new behaviour gets a new command number or flag; the ABI major changes

@@ -32,9 +32,9 @@ rc=0
 
 mapfile -t series < <(grep -v '^#' "$here/kernel-series.txt")
 configs=("${series[0]} debug|P2PDIRECT_KERNEL_SERIES=${series[0]}"
-	"${series[0]} debug, IOMMU|P2PDIRECT_KERNEL_SERIES=${series[0]} P2PDIRECT_IOMMU=1 P2PDIRECT_SKIP_HOST=1 P2PDIRECT_SKIP_LINT=1")
+	"${series[0]} debug, IOMMU|P2PDIRECT_KERNEL_SERIES=${series[0]} P2PDIRECT_IOMMU=1 P2PDIRECT_SKIP_HOST=1 P2PDIRECT_SKIP_LINT=1 P2PDIRECT_SCALE=0")
 for s in "${series[@]:1}"; do
-	configs+=("$s debug|P2PDIRECT_KERNEL_SERIES=$s P2PDIRECT_SKIP_HOST=1")
+	configs+=("$s debug|P2PDIRECT_KERNEL_SERIES=$s P2PDIRECT_SKIP_HOST=1 P2PDIRECT_SCALE=0")
 done
 
 # The default kernel first; then the other series' kernels build in the

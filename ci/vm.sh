@@ -77,6 +77,12 @@ ksrc=$("$here/fetch-kernel.sh")
 # The guest checks that it runs the series it was built for.
 series=$(basename "$ksrc" | sed -n 's/^linux-source-\([0-9]*\.[0-9]*\)-.*/\1/p')
 append+=" p2p_kver=$series"
+# The long scale tests (P2PDIRECT_SCALE=0 leaves them out).
+case "${P2PDIRECT_SCALE:-1}" in
+1) append+=" p2p_scale=1" ;;
+0) ;;
+*) die "P2PDIRECT_SCALE=$P2PDIRECT_SCALE: 0 or 1" ;;
+esac
 env -u KDIR "$here/build-module.sh" >&2
 log "building userspace tests"
 make -s -C "$repo/userspace-test/c" KSRC="$ksrc" >&2

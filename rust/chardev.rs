@@ -38,7 +38,7 @@ pub(crate) fn register(module: &'static ThisModule) -> impl PinInit<Registration
 pub(crate) struct OpenFile {
     /// Device-memory allocations of this file (lock order: see devmem).
     #[pin]
-    allocs: Mutex<KVec<Allocation>>,
+    allocs: Mutex<KVVec<Allocation>>,
     /// Registrations of this file (lock order: see registration).
     #[pin]
     regs: Mutex<FileRegs>,
@@ -168,7 +168,7 @@ impl OpenFile {
     pub(crate) fn new() -> Result<Pin<KBox<Self>>> {
         KBox::try_pin_init(
             try_pin_init!(OpenFile {
-                allocs <- new_mutex!(KVec::new()),
+                allocs <- new_mutex!(KVVec::new()),
                 regs <- new_mutex!(FileRegs::new()),
                 reg_index <- RegIndex::new(),
                 uring: Arc::pin_init(UringShared::new(), GFP_KERNEL_ACCOUNT)?,

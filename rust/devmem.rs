@@ -72,7 +72,7 @@ struct ProviderInner {
     /// `Bar`: the allocated ranges (live and waiting to be reaped).
     ranges: RangeAllocator<()>,
     /// Allocations not yet reaped, live or revoked.
-    allocs: KVec<Arc<AllocState>>,
+    allocs: KVVec<Arc<AllocState>>,
     /// `Published`: bytes p2pdirect allocated from the owner's pool.
     published_used: u64,
     /// The device is going away: no new allocation.
@@ -142,7 +142,7 @@ crate::sys::global::global_mutex! {
 }
 
 crate::sys::global::global_mutex! {
-    static GRAVEYARD: KVec<Arc<AllocState>> = KVec::new();
+    static GRAVEYARD: KVVec<Arc<AllocState>> = KVVec::new();
     /// The graveyard's global.
     pub(crate) struct GraveyardGlobal;
     /// Revoked allocations waiting for their last pin (lock order 4).
@@ -235,7 +235,7 @@ impl Provider {
                 inner <- new_mutex!(ProviderInner {
                     mem,
                     ranges: RangeAllocator::new(managed),
-                    allocs: KVec::new(),
+                    allocs: KVVec::new(),
                     published_used: 0,
                     gone: false,
                 }),

@@ -166,8 +166,8 @@ impl UserPin {
     }
 
     /// The DMA segments of the current mapping (none if unmapped).
-    pub(crate) fn dma_segs(&self) -> Result<KVec<DmaSeg>> {
-        let mut out = KVec::new();
+    pub(crate) fn dma_segs(&self) -> Result<KVVec<DmaSeg>> {
+        let mut out = KVVec::new();
         for (addr, len) in self.dma.iter().flat_map(DmaMapping::segments) {
             out.push(DmaSeg { addr, len }, GFP_KERNEL)?;
         }

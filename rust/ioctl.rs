@@ -363,7 +363,7 @@ fn dma_probe(arg: usize) -> Result<isize> {
         }
     })?;
     let room = (req.capacity as usize).min(segs.len());
-    let mut out = KVec::with_capacity(room, GFP_KERNEL)?;
+    let mut out = KVVec::with_capacity(room, GFP_KERNEL)?;
     for s in segs.iter().take(room) {
         out.push(
             uapi::p2pdirect_dma_seg {

@@ -32,6 +32,7 @@ use crate::{
 use kernel::{
     new_condvar, new_mutex, pci,
     prelude::*,
+    rbtree::{RBTree, RBTreeNode},
     sync::{
         atomic::{Atomic, Relaxed},
         Arc, CondVar, Mutex,
@@ -53,9 +54,12 @@ struct ExtState {
     dead: bool,
     /// Claims handed to the client's `get_pages` and not yet released, by
     /// `core_context`.
-    pinned: KVec<u64>,
-    /// Consumers keeping claims, by `core_context`.
-    subs: KVec<(u64, Arc<dyn Consumer>)>,
+    pinned: RBTree<u64, ()>,
+    /// Consumers keeping claims (kernel consumers), by `core_context`. Both
+    /// are trees: a claim joins and leaves in logarithmic time and a node of
+    /// its own, so any number of claims costs what they hold, and no list
+    /// grows into one allocation too large to make.
+    subs: RBTree<u64, Arc<dyn Consumer>>,
 }
 
 /// What a client and its contexts share.
@@ -75,16 +79,15 @@ impl ExtShared {
     fn invalidate(&self, core_id: u64) {
         let mut st = self.state.lock();
         loop {
-            if let Some(i) = st.subs.iter().position(|(id, _)| *id == core_id) {
-                let sub = st.subs.remove(i);
+            if let Some(consumer) = st.subs.remove(&core_id) {
                 drop(st);
-                if let Ok((_, consumer)) = sub {
-                    consumer.invalidate();
-                }
+                consumer.invalidate();
+                // Its last reference may sleep: not under the lock.
+                drop(consumer);
                 st = self.state.lock();
                 continue;
             }
-            if !st.pinned.contains(&core_id) {
+            if st.pinned.get(&core_id).is_none() {
                 return;
             }
             self.changed.wait(&mut st);
@@ -93,14 +96,19 @@ impl ExtShared {
 
     /// Keeps `consumer` told of claim `core_id`.
     fn subscribe(&self, core_id: u64, consumer: Arc<dyn Consumer>) -> Result {
+        let node = RBTreeNode::new(core_id, consumer, GFP_KERNEL)?;
         let mut st = self.state.lock();
-        st.subs.push((core_id, consumer), GFP_KERNEL)?;
+        // Claim ids are unique, so nothing is replaced.
+        let replaced = st.subs.insert(node);
         self.changed.notify_all();
+        drop(st);
+        drop(replaced);
         Ok(())
     }
 
     fn unsubscribe(&self, core_id: u64) {
-        self.state.lock().subs.retain(|(id, _)| *id != core_id);
+        let node = self.state.lock().subs.remove_node(&core_id);
+        drop(node);
     }
 }
 
@@ -174,8 +182,10 @@ impl Drop for ExternalCtx {
         drop(self.fc.take());
         let shared = &self.gone.0;
         let mut st = shared.state.lock();
-        st.pinned.retain(|id| *id != self.core_id);
+        let node = st.pinned.remove_node(&self.core_id);
         shared.changed.notify_all();
+        drop(st);
+        drop(node);
     }
 }
 
@@ -184,7 +194,8 @@ impl Context for ExternalCtx {
         let id = self.core_id;
         // Known before the client is: its invalidation may come at once.
         // (The client's list, shared by all its users: charged to none.)
-        self.gone.0.state.lock().pinned.push(id, GFP_KERNEL)?;
+        let node = RBTreeNode::new(id, (), GFP_KERNEL)?;
+        drop(self.gone.0.state.lock().pinned.insert(node));
         self.fc()?.get_pages(write, id)
     }
 
@@ -192,11 +203,11 @@ impl Context for ExternalCtx {
         self.fc.as_ref().map_or(0, |f| f.page_size())
     }
 
-    fn dma_map(&mut self, dev: &DmaDevice) -> Result<KVec<DmaSeg>> {
+    fn dma_map(&mut self, dev: &DmaDevice) -> Result<KVVec<DmaSeg>> {
         let pci = dev.pci().ok_or(ENODEV)?;
         let fc = self.fc()?;
         let list = fc.dma_map(pci.as_pci())?;
-        let Ok(mut out) = KVec::with_capacity(list.len(), GFP_KERNEL) else {
+        let Ok(mut out) = KVVec::with_capacity(list.len(), GFP_KERNEL) else {
             // Not reported as mapped: the client's mapping goes too.
             fc.dma_unmap();
             return Err(ENOMEM);
@@ -324,8 +335,8 @@ impl KernelApi for Api {
                 state <- new_mutex!(ExtState {
                     live: 0,
                     dead: false,
-                    pinned: KVec::new(),
-                    subs: KVec::new(),
+                    pinned: RBTree::new(),
+                    subs: RBTree::new(),
                 }),
                 changed <- new_condvar!(),
             }),
@@ -358,9 +369,12 @@ impl KernelApi for Api {
         // one subscribed while this waits); transient ones (DMA_PROBE) end
         // by themselves.
         loop {
-            if let Some((_, consumer)) = st.subs.pop() {
+            let first = st.subs.cursor_front_mut().map(|c| c.remove_current().1);
+            if let Some(node) = first {
+                let (_, consumer) = node.to_key_value();
                 drop(st);
                 consumer.invalidate();
+                drop(consumer);
                 st = shared.state.lock();
                 continue;
             }
@@ -441,14 +455,14 @@ impl KernelApi for Api {
         Ok(mem)
     }
 
-    fn dma_map(mem: &KernelMem, dev: &pci::Device) -> Result<KVec<(u64, u64)>> {
+    fn dma_map(mem: &KernelMem, dev: &pci::Device) -> Result<KVVec<(u64, u64)>> {
         let mut guard = mem.claim.lock();
         let (claim, _) = Option::as_mut(&mut *guard).ok_or_else(estale)?;
         if claim.is_mapped() {
             return Err(EBUSY);
         }
         let segs = claim.dma_map(&DmaDevice::of_pci(dev))?;
-        let Ok(mut out) = KVec::with_capacity(segs.len(), GFP_KERNEL) else {
+        let Ok(mut out) = KVVec::with_capacity(segs.len(), GFP_KERNEL) else {
             // The caller is told the map failed: it must not stay mapped.
             claim.dma_unmap();
             return Err(ENOMEM);
@@ -478,8 +492,8 @@ impl KernelApi for Api {
         if let Some((claims, core_id)) = &mem.external {
             claims.unsubscribe(*core_id);
         }
-        if mem.foreign.is_some() {
-            crate::peer_clients::unwatch(mem.id);
+        if let Some(provider) = mem.foreign {
+            crate::peer_clients::unwatch(provider, mem.id);
         }
         // Taking the claim waits for an invalidation that took it first to
         // mark itself busy; then wait for it to end.

@@ -26,7 +26,12 @@ use crate::{
     stats::Bdf,
     sys::uapi,
 };
-use kernel::{page::PAGE_SIZE, prelude::*, sync::Arc};
+use kernel::{
+    page::PAGE_SIZE,
+    prelude::*,
+    rbtree::{RBTree, RBTreeNode},
+    sync::Arc,
+};
 
 /// A claimed range, pinned with `FOLL_PCI_P2PDMA` by `get_pages`.
 struct PinContext {
@@ -91,7 +96,7 @@ impl Context for PinContext {
         PAGE_SIZE as u64
     }
 
-    fn dma_map(&mut self, dev: &DmaDevice) -> Result<KVec<DmaSeg>> {
+    fn dma_map(&mut self, dev: &DmaDevice) -> Result<KVVec<DmaSeg>> {
         let pin = self.pin.as_mut().ok_or(EINVAL)?;
         pin.dma_map(dev.pci().ok_or(ENODEV)?)?;
         // A mapping nobody learns the segments of is undone at once.
@@ -191,18 +196,25 @@ impl Client for P2pdmaUserClient {
     }
 }
 
+/// A watcher's place in [`Watchers::subs`]: the PCI function whose BAR holds
+/// its pages (as `PciFunction::id` names it: a pinned page keeps its
+/// function), then its consumer id.
+type WatchKey = (usize, u64);
+
 /// Who keeps claims on other providers' P2PDMA pages.
 struct Watchers {
-    /// Each consumer with the PCI function whose BAR holds its pages (as
-    /// `PciFunction::id` names it: a pinned page keeps its function).
-    subs: KVec<(usize, Arc<dyn Consumer>)>,
+    /// Each consumer by [`WatchKey`] (made at the first watch: a tree is not
+    /// `const`-constructible). One joins and leaves in logarithmic time and
+    /// a node of its own, so any number of registrations costs what they
+    /// hold: no list grows into one allocation too large to make.
+    subs: Option<RBTree<WatchKey, Arc<dyn Consumer>>>,
     /// Functions whose driver is unbinding: nobody starts watching them.
     dying: KVec<usize>,
 }
 
 crate::sys::global::global_mutex! {
     static WATCHERS: Watchers = Watchers {
-        subs: KVec::new(),
+        subs: None,
         dying: KVec::new(),
     };
     /// The watcher list's global.
@@ -216,21 +228,27 @@ crate::sys::global::global_mutex! {
 /// `EFAULT` if that driver is being removed already (the memory is going
 /// away under the caller).
 pub(crate) fn watch(provider: usize, consumer: Arc<dyn Consumer>) -> Result {
+    // The node lives as long as the watch: charged to its maker, as the
+    // registration's record is.
+    let key = (provider, consumer.consumer_id());
+    let node = RBTreeNode::new(key, consumer, GFP_KERNEL_ACCOUNT)?;
     let mut w = watchers();
     if w.dying.contains(&provider) {
         return Err(EFAULT);
     }
-    w.subs.push((provider, consumer), GFP_KERNEL)?;
+    // Consumer ids are unique, so nothing is replaced.
+    let replaced = w.subs.get_or_insert_with(RBTree::new).insert(node);
+    drop(w);
+    drop(replaced);
     Ok(())
 }
 
-/// Ends the watch of consumer `id`.
-pub(crate) fn unwatch(id: u64) {
-    let gone = {
-        let mut w = watchers();
-        let at = w.subs.iter().position(|(_, c)| c.consumer_id() == id);
-        at.and_then(|i| w.subs.remove(i).ok())
-    };
+/// Ends the watch of consumer `id` on `provider`'s memory.
+pub(crate) fn unwatch(provider: usize, id: u64) {
+    let gone = watchers()
+        .subs
+        .as_mut()
+        .and_then(|subs| subs.remove_node(&(provider, id)));
     // Outside the lock: a consumer's last reference may sleep.
     drop(gone);
 }
@@ -254,10 +272,13 @@ impl crate::sys::pci_notify::PciUnbind for ForeignUnbind {
         loop {
             let sub = {
                 let mut w = watchers();
-                let at = w.subs.iter().position(|(p, _)| *p == id);
-                at.and_then(|i| w.subs.remove(i).ok())
+                w.subs.as_mut().and_then(|subs| {
+                    // The provider's first watcher, if it has one left.
+                    let key = *subs.cursor_lower_bound(&(id, 0))?.current().0;
+                    (key.0 == id).then(|| subs.remove(&key)).flatten()
+                })
             };
-            let Some((_, consumer)) = sub else { break };
+            let Some(consumer) = sub else { break };
             // With no lock held: the consumer stops, unmaps and unpins.
             consumer.invalidate();
             told += 1;

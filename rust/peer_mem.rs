@@ -91,7 +91,7 @@ pub(crate) trait Context: Send {
     fn page_size(&self) -> u64;
     /// DMA addresses of the pinned pages for `dev`; `EREMOTEIO` if the
     /// device cannot reach the memory.
-    fn dma_map(&mut self, dev: &crate::ffi::DmaDevice) -> Result<KVec<DmaSeg>>;
+    fn dma_map(&mut self, dev: &crate::ffi::DmaDevice) -> Result<KVVec<DmaSeg>>;
     /// Undoes `dma_map`.
     fn dma_unmap(&mut self);
     /// Unpins the pages.
@@ -222,7 +222,7 @@ impl Claim {
         self.ctx.foreign_provider()
     }
 
-    pub(crate) fn dma_map(&mut self, dev: &crate::ffi::DmaDevice) -> Result<KVec<DmaSeg>> {
+    pub(crate) fn dma_map(&mut self, dev: &crate::ffi::DmaDevice) -> Result<KVVec<DmaSeg>> {
         if !self.pinned || self.mapped {
             return Err(EINVAL);
         }
@@ -378,9 +378,9 @@ mod tests {
         fn page_size(&self) -> u64 {
             4096
         }
-        fn dma_map(&mut self, _dev: &crate::ffi::DmaDevice) -> Result<KVec<DmaSeg>> {
+        fn dma_map(&mut self, _dev: &crate::ffi::DmaDevice) -> Result<KVVec<DmaSeg>> {
             self.0 .0.fetch_add(MAPPED, Relaxed);
-            Ok(KVec::new())
+            Ok(KVVec::new())
         }
         fn dma_unmap(&mut self) {
             self.0 .0.fetch_add(UNMAPPED, Relaxed);

@@ -18,7 +18,7 @@ pub(crate) struct Range<T> {
 /// `[0, size)` and has `len > 0`.
 pub(crate) struct RangeAllocator<T> {
     size: u64,
-    used: KVec<Range<T>>,
+    used: KVVec<Range<T>>,
 }
 
 impl<T> RangeAllocator<T> {
@@ -26,7 +26,7 @@ impl<T> RangeAllocator<T> {
         // INVARIANT: no ranges yet.
         Self {
             size,
-            used: KVec::new(),
+            used: KVVec::new(),
         }
     }
 

@@ -52,8 +52,8 @@ pub(crate) struct RegEntry {
     deregistered: AtomicBool,
     /// The p2pdirect allocation the range lies in, if it is p2pdirect's memory.
     state: Option<Arc<AllocState>>,
-    /// Whether it watches another provider's driver (its memory's).
-    foreign: bool,
+    /// Another provider's driver it watches (its memory's; `PciFunction::id`).
+    foreign: Option<usize>,
     /// The pinned claim, its share of the provider's pinned bytes and of
     /// its file's quota; `None` once invalidated.
     #[pin]
@@ -122,8 +122,8 @@ impl RegEntry {
         if let Some(state) = self.state.as_ref() {
             state.unsubscribe(self.id);
         }
-        if self.foreign {
-            crate::peer_clients::unwatch(self.id);
+        if let Some(provider) = self.foreign {
+            crate::peer_clients::unwatch(provider, self.id);
         }
     }
 }
@@ -202,7 +202,7 @@ pub(crate) fn register(
             client,
             write,
             state: entry_state,
-            foreign: foreign.is_some(),
+            foreign,
             deregistered: AtomicBool::new(false),
             claim <- new_mutex!(Some((claim, pinned, charge))),
             io <- new_spinlock!(Some(io)),

@@ -225,6 +225,15 @@ pub(crate) fn submit_uring(me: &dyn IoOwner, req: &Request, cmd: &mut UringCmd) 
         let start = Instant::<Monotonic>::now();
         return post_now(cmd, req.write, &Keys::default(), Err(e), start);
     }
+    // io_uring's worker issues (COMPAT, file WRITEs, IOSQE_ASYNC) of a
+    // process being killed: its exit lets the workers run what they queued
+    // while the ring lives (only unbound work is cancelled), for a process
+    // that waits for nothing. Nothing is started for them; the one a worker
+    // is running goes on (a COMPAT bounce stops at its next chunk).
+    if !cmd.nonblock() && crate::sys::resched() {
+        let start = Instant::<Monotonic>::now();
+        return post_now(cmd, req.write, &Keys::default(), Err(ecanceled()), start);
+    }
     let slot = UringSlot::take(me.uring()).inspect_err(|_| {
         if crate::sys::ratelimit::allow() {
             pr_info!(

@@ -166,7 +166,7 @@ impl ForeignCtx {
     /// segments that cover exactly those pages are cut to the range, and
     /// segments of any other total length are given as the client made
     /// them (a client that maps the range's bytes only).
-    pub(crate) fn dma_map(&mut self, dev: &pci::Device) -> Result<KVec<(u64, u64)>> {
+    pub(crate) fn dma_map(&mut self, dev: &pci::Device) -> Result<KVVec<(u64, u64)>> {
         if self.mapped.is_some() {
             return Err(EBUSY);
         }
@@ -180,8 +180,8 @@ impl ForeignCtx {
         self.mapped = Some(dev.into());
         let n = usize::try_from(nmap).unwrap_or(0);
         let (Ok(mut raw), Ok(mut out)) = (
-            KVec::with_capacity(n, GFP_KERNEL),
-            KVec::with_capacity(n, GFP_KERNEL),
+            KVVec::with_capacity(n, GFP_KERNEL),
+            KVVec::with_capacity(n, GFP_KERNEL),
         ) else {
             self.dma_unmap();
             return Err(ENOMEM);
@@ -276,7 +276,7 @@ pub(crate) trait KernelApi {
     fn invalidate(client: &Self::Client, core_context: u64) -> Result;
 
     fn get(addr: u64, size: u64, write: bool, notify: Notify) -> Result<Arc<Self::Mem>>;
-    fn dma_map(mem: &Self::Mem, dev: &pci::Device) -> Result<KVec<(u64, u64)>>;
+    fn dma_map(mem: &Self::Mem, dev: &pci::Device) -> Result<KVVec<(u64, u64)>>;
     fn dma_unmap(mem: &Self::Mem);
     fn page_size(mem: &Self::Mem) -> u64;
     fn put(mem: Arc<Self::Mem>);
@@ -728,7 +728,7 @@ fn page_margins(addr: u64, size: u64, page: u64) -> Option<(u64, u64)> {
 
 /// Pushes to `out` the part of `segs` (laid end to end) from byte `skip` on,
 /// `len` bytes long; `out` has room for as many segments as `segs`.
-fn window(segs: &[(u64, u64)], skip: u64, len: u64, out: &mut KVec<(u64, u64)>) {
+fn window(segs: &[(u64, u64)], skip: u64, len: u64, out: &mut KVVec<(u64, u64)>) {
     let end = skip.saturating_add(len);
     let mut at = 0u64;
     for &(addr, n) in segs {
@@ -745,8 +745,8 @@ fn window(segs: &[(u64, u64)], skip: u64, len: u64, out: &mut KVec<(u64, u64)>) 
 mod tests {
     use super::*;
 
-    fn cut(segs: &[(u64, u64)], skip: u64, len: u64) -> KVec<(u64, u64)> {
-        let mut out = KVec::with_capacity(segs.len(), GFP_KERNEL).expect("test allocation");
+    fn cut(segs: &[(u64, u64)], skip: u64, len: u64) -> KVVec<(u64, u64)> {
+        let mut out = KVVec::with_capacity(segs.len(), GFP_KERNEL).expect("test allocation");
         window(segs, skip, len, &mut out);
         out
     }

@@ -24,6 +24,7 @@
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -1282,6 +1283,81 @@ TEST_F_TIMEOUT(hd, many_files_registrations_of_one_allocation, 300)
 		close(fds[f]);
 	}
 	EXPECT_EQ(before, used_on(self->dev, self->gpu[0].pci));
+}
+
+/*
+ * More registrations of another provider's P2PDMA pages (the CMB, mapped
+ * through sysfs p2pmem/allocate) than 131072, from 264 files of 500: each
+ * one watches that provider's driver for its unbind. As one array, that
+ * watch list outgrew 4 MiB here and its next growth asked the page
+ * allocator for an order past its limit: a kernel WARN, and ENOMEM for that
+ * REGISTER. Now every REGISTER goes, and closing the files ends them all.
+ * (Many files of few registrations: a REGISTER looks through its file's
+ * list, which under TCG and KASAN costs about a microsecond an entry.)
+ */
+TEST_F_TIMEOUT(hd, registrations_of_another_providers_memory_past_131072, 1200)
+{
+	enum { FILES = 264, PER_FILE = 500 };
+	struct p2pdirect_provider_info p[8];
+	struct p2pdirect_list_providers req = { .entries = (uintptr_t)p, .capacity = 8 };
+	struct timespec t0, t1, t2;
+	__u64 before;
+	__u32 cmb = 0;
+	char path[PATH_MAX + 32];
+	int fds[FILES], pf, failed = 0, first_err = 0;
+	struct rlimit nofile;
+	__u64 last = 0;
+	__u8 *um;
+
+	ASSERT_EQ(0, getrlimit(RLIMIT_NOFILE, &nofile));
+	if (nofile.rlim_cur < FILES + 64) {
+		nofile.rlim_cur = FILES + 64;
+		if (nofile.rlim_max < nofile.rlim_cur)
+			nofile.rlim_max = nofile.rlim_cur;
+		ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &nofile));
+	}
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_LIST_PROVIDERS, &req));
+	for (unsigned int i = 0; i < req.count && i < 8; i++)
+		if (p[i].kind == P2PDIRECT_PROVIDER_PUBLISHED)
+			cmb = p[i].pci_addr;
+	ASSERT_NE(0u, cmb) TH_LOG("no published provider (the CMB)");
+	before = pinned_of(self->dev, cmb);
+	snprintf(path, sizeof(path), "%s/p2pmem/allocate", self->sw_pci);
+	pf = open(path, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, pf) TH_LOG("open %s: %s", path, strerror(errno));
+	um = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, pf, 0);
+	ASSERT_NE(MAP_FAILED, um) TH_LOG("mmap %s: %s", path, strerror(errno));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int f = 0; f < FILES; f++) {
+		fds[f] = open(DEV_PATH, O_RDWR | O_CLOEXEC);
+		ASSERT_GE(fds[f], 0);
+		for (int i = 0; i < PER_FILE; i++) {
+			int r = reg(fds[f], um + i, 1, &last);
+
+			if (r && !failed++) {
+				first_err = r;
+				TH_LOG("REGISTER %d: %s", f * PER_FILE + i + 1, strerror(-r));
+			}
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	EXPECT_EQ(0, failed) TH_LOG("%d REGISTERs failed, the first with %s", failed,
+				    strerror(-first_err));
+	EXPECT_EQ(before + (__u64)(FILES * PER_FILE - failed) * 4096, pinned_of(self->dev, cmb));
+	EXPECT_EQ(P2PDIRECT_REG_LIVE, reg_state(fds[FILES - 1], last));
+	for (int f = 0; f < FILES; f++)
+		close(fds[f]);
+	clock_gettime(CLOCK_MONOTONIC, &t2);
+	printf("# %d registrations of one CMB page from %d files: %.1f s; closing them: %.1f s\n",
+	       FILES * PER_FILE, FILES,
+	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
+	       (t2.tv_sec - t1.tv_sec) + (t2.tv_nsec - t1.tv_nsec) / 1e9);
+	/* Every registration let its pin go, and the page registers again. */
+	EXPECT_EQ(before, pinned_of(self->dev, cmb));
+	EXPECT_EQ(0, reg(self->dev, um, 4096, &last));
+	EXPECT_EQ(P2PDIRECT_REG_LIVE, reg_state(self->dev, last));
+	munmap(um, 4096);
+	close(pf);
 }
 
 /*

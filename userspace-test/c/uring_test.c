@@ -24,6 +24,7 @@
 #include <linux/fiemap.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -1249,6 +1251,113 @@ TEST_F(ur, async_cancel_of_a_command_a_worker_runs)
 	memset(g->map, 0, BUF);
 	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
 	       (unsigned long long)g->a.provider_offset, (unsigned long long)BUF);
+}
+
+/*
+ * A process killed with commands waiting for io_uring's worker, on a ring
+ * another process keeps open: none of them runs. Exit cancels only tracked
+ * and unbound io-wq work, and the ring lives on, so the worker goes on
+ * through its queue after the kill; the module refuses a worker issue of a
+ * task being killed with -ECANCELED (since ABI 1.20), and the command the
+ * worker runs stops at its next 1 MiB chunk, as a killed COMPAT ioctl does.
+ * The ring is the parent's, shared over fork(); the child, with one worker,
+ * maps GPU 1's buffer through the fixture's file and submits a COMPAT READ
+ * of NSID 4 [0, 8 MiB) and then three device-to-device READs of 64 KiB of
+ * NSID 1 [OWN + 11.5 MiB, + 192 KiB), written before, into a registration
+ * the parent made, with IOSQE_ASYNC (so the worker issues them), and is
+ * killed once the first has pinned its memory.
+ * The three ranges stay zero and their CQEs carry no bytes (before, the
+ * worker read all three into the GPU after the kill; COMPAT ones, and ones
+ * whose pointer memory a killed task pins, ended with -EINTR already).
+ */
+TEST_F(ur, killed_process_runs_none_of_its_waiting_worker_commands)
+{
+	struct gpu *g = &self->gpu[1];
+	__u64 big = 8 * MiB, small = 64 * KiB, zeros = 0, first = 0;
+	__u64 pos = OWN + 11 * MiB + 512 * KiB;
+	int started = 0, idle = 0, status, sync[2], res[4] = { 0 };
+	struct p2pdirect_stat before, now;
+	struct __kernel_timespec ts = { .tv_sec = 2 };
+	struct p2pdirect_register reg = {
+		.addr = (uintptr_t)g->map + big, .size = 3 * small, .flags = P2PDIRECT_REG_WRITE,
+	};
+	struct io_uring_cqe *cqe;
+	struct io_uring r;
+	char c;
+	pid_t pid;
+
+	ASSERT_EQ(0, seed_ns(self, g, big, 3 * small, pos, 0x7d01));
+	memset(g->map, 0, big + 3 * small);
+	ASSERT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_REGISTER, &reg));
+	ASSERT_EQ(0, stat_of(self->dev, g->pci, &before));
+	ASSERT_EQ(0, io_uring_queue_init(8, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32));
+	ASSERT_EQ(0, pipe(sync));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		unsigned int workers[2] = { 1, 1 };
+		__u8 *m = mmap(NULL, BUF, PROT_READ | PROT_WRITE, MAP_SHARED, self->dev,
+			       g->a.mmap_offset);
+
+		/* Gone with the test, whatever stops it. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || m == MAP_FAILED ||
+		    io_uring_register_iowq_max_workers(&r, workers))
+			_exit(1);
+		prep(&r, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)m, big, 0, 0, 0);
+		for (int i = 0; i < 3; i++)
+			prep(&r, self->dev, 0, self->ns1, P2PDIRECT_IO_REGISTERED, reg.id, small,
+			     pos + i * small, i * small, i + 1)->flags |= IOSQE_ASYNC;
+		if (io_uring_submit(&r) != 4 || write(sync[1], "s", 1) != 1)
+			_exit(2);
+		for (;;)
+			pause();
+	}
+	close(sync[1]);
+	ASSERT_EQ(1, read(sync[0], &c, 1)) TH_LOG("the child did not submit");
+	close(sync[0]);
+	/* Up to 10 s for the worker to start the first. */
+	for (int i = 0; i < 100000 && !started; i++) {
+		ASSERT_EQ(0, stat_of(self->dev, g->pci, &now));
+		started = now.pinned_bytes > before.pinned_bytes;
+		if (!started)
+			usleep(100);
+	}
+	EXPECT_TRUE(started) TH_LOG("the first READ never pinned its memory");
+	ASSERT_EQ(0, kill(pid, SIGKILL));
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	/* Whatever still runs lets its pins go; up to 10 s. */
+	for (int i = 0; i < 200 && !idle; i++) {
+		ASSERT_EQ(0, stat_of(self->dev, g->pci, &now));
+		idle = now.pinned_bytes == before.pinned_bytes;
+		if (!idle)
+			usleep(50 * 1000);
+	}
+	EXPECT_TRUE(idle) TH_LOG("pinned bytes: %llu, before %llu",
+				 (unsigned long long)now.pinned_bytes,
+				 (unsigned long long)before.pinned_bytes);
+	for (__u64 i = 0; i < big; i++)
+		first += g->map[i] != 0;
+	for (__u64 i = 0; i < 3 * small; i++)
+		zeros += g->map[big + i] == 0;
+	/* The CQEs the child's task work posted (through io_uring's fallback). */
+	while (!io_uring_wait_cqe_timeout(&r, &cqe, &ts)) {
+		if (cqe->user_data < 4)
+			res[cqe->user_data] = cqe->res;
+		io_uring_cqe_seen(&r, cqe);
+	}
+	io_uring_queue_exit(&r);
+	EXPECT_EQ(0, ioctl(self->dev, P2PDIRECT_IOC_DEREGISTER,
+			   &(struct p2pdirect_reg_id){ .id = reg.id }));
+	printf("# the running READ moved %llu of %llu bytes before it stopped; CQEs %d %d %d %d\n",
+	       (unsigned long long)first, (unsigned long long)big, res[0], res[1], res[2], res[3]);
+	EXPECT_EQ(3 * small, zeros) TH_LOG("the waiting READs wrote %llu bytes after the kill",
+					   (unsigned long long)(3 * small - zeros));
+	EXPECT_TRUE(res[1] == -ECANCELED && res[2] == -ECANCELED && res[3] == -ECANCELED)
+		TH_LOG("the waiting READs' CQEs: %d %d %d", res[1], res[2], res[3]);
+	memset(g->map, 0, big + 3 * small);
+	printf("# HOSTCHECK gpu=%s off=%llu len=%llu zero guard=0\n", g->bdf,
+	       (unsigned long long)g->a.provider_offset, (unsigned long long)(big + 3 * small));
 }
 
 /*

@@ -17,7 +17,7 @@
  *    zero on output;
  *  - new behaviour gets a new command number or flag; the ABI major changes
  *    only when an existing command changes meaning, the minor when commands,
- *    flags or documented behaviours are added (1.6, 1.7 and 1.10 to 1.19
+ *    flags or documented behaviours are added (1.6, 1.7 and 1.10 to 1.20
  *    added behaviours and no command).
  *
  * Errors common to every command:
@@ -79,6 +79,15 @@
  * no RAM besides their charged page arrays.
  *
  * The minors, newest first (each says what changed and what it did before):
+ *
+ * ABI 1.20 (no new command, same structs): io_uring's worker starts no
+ * command for a process being killed or exiting: it ends with -ECANCELED
+ * (see struct p2pdirect_uring_io). Before, a process killed while its ring
+ * lived on (shared with another process) left its workers to go on through
+ * the commands they had queued (io_uring cancels only unbound work at
+ * exit): those on registered memory still moved their data, into memory
+ * nobody waited for, while COMPAT ones and those that pin pointer memory
+ * ended with -EINTR.
  *
  * ABI 1.19 (no new command, same structs): an io_uring READ of a file that
  * the file system gives up after part of it went is run again by a kernel
@@ -219,7 +228,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 19
+#define P2PDIRECT_ABI_MINOR 20
 
 /*
  * 'P' 0xd0..0xef: ioctl-number.rst lists all of 'P' for linux/soundcard.h
@@ -513,7 +522,10 @@ struct p2pdirect_dma_probe {
  * @size: in, bytes
  * @flags: in, P2PDIRECT_REG_*
  * @client: out, P2PDIRECT_CLIENT_* that claimed the range
- * @id: out, names the registration for DEREGISTER and REG_QUERY
+ * @id: out, names the registration for DEREGISTER and REG_QUERY (of this
+ *      open file only); ids count up from 1 across all open files and are
+ *      never reused, so their gaps show how many REGISTERs others made
+ *      (some of which may have failed)
  *
  * Pins the range once, through the peer-memory client that owns it, for
  * reuse by I/O. The registration belongs to the open file; its last close
@@ -751,7 +763,8 @@ struct p2pdirect_io {
  *	refused before, for its argument's flags or size or for the fd
  *	itself (-EBADF; the fd's kind: -EISDIR, -ESPIPE, -EINVAL, also
  *	without O_DIRECT, -EOPNOTSUPP for tmpfs; -EPERM and -ETXTBSY of a
- *	WRITE), counts nowhere)
+ *	WRITE), counts nowhere, as does an io_uring command that io_uring's
+ *	worker would start for a task being killed (-ECANCELED, since 1.20))
  * @writes: WRITEs that moved data or failed (as @reads)
  * @errors: of those, the ones that failed
  * @bytes_read: bytes READ moved
@@ -921,7 +934,8 @@ struct p2pdirect_stats {
  * cmd_op, -EBADF for the open mode, the -EINVAL and -EBUSY cases above, a
  * write-back error of the range's cached data, -ENOMEM for the command's own
  * state; a refusal of the checks, -ENOMEM among them, comes in a 32-byte
- * CQE like a transfer's result) or by io_uring itself
+ * CQE like a transfer's result, and so does the -ECANCELED of a worker
+ * command of a task being killed, since 1.20) or by io_uring itself
  * (-ECANCELED for a command cancelled before a worker started it): those
  * come in 16-byte CQEs. Test IORING_CQE_F_32 before reading big_cqe.
  *
@@ -962,13 +976,17 @@ struct p2pdirect_stats {
  * meanwhile (dup2() over @fd, a new mmap at @addr) is what the worker's
  * command uses: keep @fd and the memory as they are until the CQE, as
  * for any asynchronous I/O. A worker command that has not started
- * when its ring is closed ends with -ECANCELED; when its process exits,
- * io_uring cancels what its workers have not taken yet, and a worker
- * that is busy may still take and run the next (its CQE then goes
- * nowhere). An
- * I/O in flight holds its memory like an ioctl does: FREE, DEREGISTER,
- * close and process exit revoke the mapping at once, and the memory is
- * reused only after the I/O released it. A started command
+ * when its ring is closed ends with -ECANCELED, and so does one a worker
+ * starts for a process being killed or exiting (since ABI 1.20; io_uring's
+ * workers go on through their queue at exit while the ring lives), while
+ * the one a worker runs then stops at its next 1 MiB chunk (COMPAT: its
+ * CQE gives the bytes moved) or ends when its bios do. An
+ * I/O in flight holds its memory like an ioctl does: FREE and DEREGISTER
+ * revoke at once; close and process exit free a file's allocations when
+ * the file's last reference goes (a mapping holds one, see struct
+ * p2pdirect_alloc, and so does io_uring for each command in flight on the
+ * file, until its CQE); the memory is reused only after the I/O released
+ * it. A started command
  * cannot be cancelled; ring teardown waits for it (it ends when its bios
  * do). A file READ the file system gives up after part of it went (rare:
  * xfs does, at an extent whose lock another thread holds) runs again, whole

@@ -225,6 +225,24 @@ static int stat_of(int dev, __u32 pci, struct p2pdirect_stat *out)
 	return -1;
 }
 
+/*
+ * Whether provider @pci's pinned bytes rise above @before within 10 s (an
+ * io_uring worker pins a command's memory when it starts it).
+ */
+static int pinned_above(int dev, __u32 pci, __u64 before)
+{
+	struct p2pdirect_stat now;
+
+	for (int i = 0; i < 100000; i++) {
+		if (stat_of(dev, pci, &now))
+			return 0;
+		if (now.pinned_bytes > before)
+			return 1;
+		usleep(100);
+	}
+	return 0;
+}
+
 static void rec_gpu(const struct gpu *g, __u64 boff, __u64 len, __u64 seed, __u64 pos)
 {
 	printf("# HOSTCHECK gpu=%s off=%llu len=%llu fill=%llu pos=%llu guard=0\n", g->bdf,
@@ -1225,12 +1243,7 @@ TEST_F(ur, async_cancel_of_a_command_a_worker_runs)
 	prep(&r, self->dev, 0, self->ns4, P2PDIRECT_IO_COMPAT, (uintptr_t)g->map, BUF, 0, 0, 1);
 	ASSERT_EQ(1, io_uring_submit(&r));
 	/* Up to 10 s for the worker to start it. */
-	for (int i = 0; i < 100000 && !started; i++) {
-		ASSERT_EQ(0, stat_of(self->dev, g->pci, &now));
-		started = now.pinned_bytes > before.pinned_bytes;
-		if (!started)
-			usleep(100);
-	}
+	started = pinned_above(self->dev, g->pci, before.pinned_bytes);
 	ASSERT_TRUE(started) TH_LOG("the READ never pinned its memory");
 	ASSERT_EQ(-EAGAIN, io_uring_peek_cqe(&r, &cqe)) TH_LOG("the READ ended before the cancel");
 	ASSERT_EQ(1, submit_cancel(&r, 1, 2));
@@ -1316,12 +1329,7 @@ TEST_F(ur, killed_process_runs_none_of_its_waiting_worker_commands)
 	ASSERT_EQ(1, read(sync[0], &c, 1)) TH_LOG("the child did not submit");
 	close(sync[0]);
 	/* Up to 10 s for the worker to start the first. */
-	for (int i = 0; i < 100000 && !started; i++) {
-		ASSERT_EQ(0, stat_of(self->dev, g->pci, &now));
-		started = now.pinned_bytes > before.pinned_bytes;
-		if (!started)
-			usleep(100);
-	}
+	started = pinned_above(self->dev, g->pci, before.pinned_bytes);
 	EXPECT_TRUE(started) TH_LOG("the first READ never pinned its memory");
 	ASSERT_EQ(0, kill(pid, SIGKILL));
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));

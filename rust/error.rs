@@ -96,6 +96,11 @@ pub(crate) fn ecanceled() -> Error {
     errno(bindings::ECANCELED)
 }
 
+/// `ETOOMANYREFS`: a page pinned `P2PDIRECT_PAGE_PINS_MAX` times already.
+pub(crate) fn etoomanyrefs() -> Error {
+    errno(bindings::ETOOMANYREFS)
+}
+
 /// `EDQUOT`: over the per-file pin quota (`max_pinned_mib`).
 pub(crate) fn edquot() -> Error {
     errno(bindings::EDQUOT)

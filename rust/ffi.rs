@@ -155,6 +155,12 @@ impl UserPin {
         self.pages.is_p2pdma()
     }
 
+    /// The most pins any of the pages holds, this one's and every other
+    /// holder's ([`Pages::most_pins`]).
+    pub(crate) fn most_pins(&self) -> u32 {
+        self.pages.most_pins()
+    }
+
     /// Maps the pages for DMA by `dev`; `EBUSY` if they are mapped already,
     /// `EREMOTEIO` if it cannot reach them.
     pub(crate) fn dma_map(&mut self, dev: &PciFunction) -> Result {

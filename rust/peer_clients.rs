@@ -20,7 +20,7 @@
 
 use crate::{
     devmem::AllocState,
-    error::refuse,
+    error::{etoomanyrefs, refuse},
     ffi::{self, DmaDevice, UserPin},
     peer_mem::{Client, Consumer, Context, DmaSeg, UserRange},
     stats::Bdf,
@@ -87,6 +87,20 @@ impl Context for PinContext {
                     self.range.size
                 ),
             },
+        }
+        // The kernel counts a page's pins in its 32-bit reference count,
+        // 1024 to a pin: registrations of one page from many files would
+        // overflow it (and the next pin would warn). The pin taken here
+        // counts, so a page that held the most before is refused.
+        let pins = pin.most_pins();
+        if pins > uapi::P2PDIRECT_PAGE_PINS_MAX {
+            refuse!(
+                etoomanyrefs(),
+                "{:#x}+{:#x}: a page of it holds {} pins already, the most one may\n",
+                self.range.addr,
+                self.range.size,
+                pins - 1
+            );
         }
         self.pin = Some(pin);
         Ok(())

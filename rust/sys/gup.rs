@@ -314,6 +314,21 @@ impl Pages {
             .all(|&p| unsafe { c::p2pdirect_page_is_p2pdma(p) })
     }
 
+    /// The most pins any of the pages holds, counting every holder's: its
+    /// folio's reference count over `GUP_PIN_COUNTING_BIAS` (a few
+    /// references that are not pins, a mapping's, count a fraction).
+    pub(crate) fn most_pins(&self) -> u32 {
+        self.inner()
+            .pages
+            .iter()
+            // SAFETY: each page is held (type invariant of `Inner`).
+            .map(|&p| unsafe { c::p2pdirect_page_ref_count(p) })
+            // A negative count has overflowed already: as many as can be.
+            .map(|refs| u32::try_from(refs).unwrap_or(u32::MAX) / bindings::GUP_PIN_COUNTING_BIAS)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The PCI function whose BAR holds the pages, as `PciFunction::id`
     /// names it (its `struct pci_dev`), if every page is P2PDMA memory of
     /// one region (one pgmap: a driver may add its BAR in several) and that

@@ -78,7 +78,26 @@
  * by the caller's threads for the ioctls), and pins of device memory take
  * no RAM besides their charged page arrays.
  *
+ * Pins of one page (since ABI 1.21): a page that holds
+ * P2PDIRECT_PAGE_PINS_MAX pins already, counting every pin of it (all
+ * users' registrations, I/O in flight, other drivers' pins), is not pinned
+ * again: the REGISTER, DMA_PROBE, pointer READ or WRITE, or kernel client's
+ * get_pages that would pin it gets -ETOOMANYREFS, with nothing kept. The
+ * kernel keeps a page's pins in its 32-bit reference count, 1024 to a pin:
+ * past about two million pins the count would overflow and pinning it
+ * would warn. A few references that are not pins (a mapping's) count too,
+ * so a page mapped 1024 times or more holds one pin less.
+ */
+#define P2PDIRECT_PAGE_PINS_MAX 65535
+
+/*
  * The minors, newest first (each says what changed and what it did before):
+ *
+ * ABI 1.21 (no new command, same structs): a page is pinned at most
+ * P2PDIRECT_PAGE_PINS_MAX times at once; past that, -ETOOMANYREFS. Before,
+ * registrations of one page had no bound of their own (4096 a file), so
+ * about two million of them, from many files, overflowed its reference
+ * count, and the next pin of it made the kernel warn.
  *
  * ABI 1.20 (no new command, same structs): io_uring's worker starts no
  * command for a process being killed or exiting: it ends with -ECANCELED
@@ -228,7 +247,7 @@
 #include <linux/types.h>
 
 #define P2PDIRECT_ABI_MAJOR 1
-#define P2PDIRECT_ABI_MINOR 20
+#define P2PDIRECT_ABI_MINOR 21
 
 /*
  * 'P' 0xd0..0xef: ioctl-number.rst lists all of 'P' for linux/soundcard.h
@@ -493,7 +512,8 @@ struct p2pdirect_dma_seg {
  * module's client (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only) for a
  * stacked device of more than one leg, whose legs are checked on the pages;
  * -EOVERFLOW another module's client reports a page size of 4 GiB or more,
- * which @page_size cannot hold;
+ * which @page_size cannot hold; -ETOOMANYREFS a page of the range holds
+ * P2PDIRECT_PAGE_PINS_MAX pins already (since 1.21);
  * -EINVAL size 0, a wrapping range, unknown flags, pad. The errors of
  * another module's client (its acquire, get_pages and dma_map) and of the
  * DMA mapping itself (through an IOMMU: -ENOMEM, -EIO, -EINVAL) come back
@@ -556,10 +576,12 @@ struct p2pdirect_dma_probe {
  * P2PDMA pages, two P2PDMA regions: since ABI 1.14), or its memory was
  * freed (or its provider's driver began to unbind) while it was being
  * registered; -EOPNOTSUPP memory of a peer-memory client another
- * module registered (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only); -EINVAL
+ * module registered (P2PDIRECT_CLIENT_EXTERNAL: DMA mappings only);
+ * -ETOOMANYREFS a page of the range holds P2PDIRECT_PAGE_PINS_MAX pins
+ * already (since 1.21); -EINVAL
  * size 0, a wrapping range, unknown flags. Checked in this order: -EINVAL;
  * then what the file holds (-EEXIST, -ENOSPC, -EDQUOT), before the memory is
- * looked up; then the memory (-ENXIO, -EFAULT, -EOPNOTSUPP).
+ * looked up; then the memory (-ENXIO, -EFAULT, -EOPNOTSUPP, -ETOOMANYREFS).
  */
 struct p2pdirect_register {
 	__u64 addr;
@@ -715,7 +737,8 @@ struct p2pdirect_reg_id {
  * two mappings, or is not mapped, its memory was freed or revoked while it
  * stays mapped, or a READ's memory is mapped without PROT_WRITE (the pages
  * are pinned for writing); -EDQUOT the range would pin more than
- * max_pinned_mib; -ENOENT no such registration (also for an I/O that a
+ * max_pinned_mib; -ETOOMANYREFS a page of the range holds
+ * P2PDIRECT_PAGE_PINS_MAX pins already (since 1.21); -ENOENT no such registration (also for an I/O that a
  * DEREGISTER of it raced, where the I/O did not go ahead); -ERANGE the
  * range runs past the end of the registration; -ESTALE the registration
  * was invalidated (its memory went away); -EPERM READ into a registration made without

@@ -25,7 +25,7 @@
 
 use core::{
     ptr::NonNull,
-    sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering},
+    sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering},
 };
 use kernel::{
     bindings,
@@ -315,14 +315,18 @@ impl Pages {
     }
 
     /// The most pins any of the pages holds, counting every holder's: its
-    /// folio's reference count over `GUP_PIN_COUNTING_BIAS` (a few
-    /// references that are not pins, a mapping's, count a fraction).
+    /// reference count over `GUP_PIN_COUNTING_BIAS` (a few references that
+    /// are not pins, a mapping's, count a fraction). For order-0 pages, as
+    /// P2PDMA pages are: a large folio keeps its count in its head page.
     pub(crate) fn most_pins(&self) -> u32 {
         self.inner()
             .pages
             .iter()
-            // SAFETY: each page is held (type invariant of `Inner`).
-            .map(|&p| unsafe { c::p2pdirect_page_ref_count(p) })
+            // SAFETY: each page is held (type invariant of `Inner`), so its
+            // `struct page` stays; the count is read atomically, as
+            // `page_ref_count()` reads it.
+            .map(|&p| unsafe { AtomicI32::from_ptr(&raw mut (*p)._refcount.counter) })
+            .map(|count| count.load(Ordering::Relaxed))
             // A negative count has overflowed already: as many as can be.
             .map(|refs| u32::try_from(refs).unwrap_or(u32::MAX) / bindings::GUP_PIN_COUNTING_BIAS)
             .max()

@@ -115,12 +115,6 @@ bool p2pdirect_page_ref_swap(struct page *page, int old, int new)
 	return atomic_cmpxchg(&page->_refcount, old, new) == old;
 }
 
-/* The reference count of @page's folio: a pin adds GUP_PIN_COUNTING_BIAS to it. */
-int p2pdirect_page_ref_count(struct page *page)
-{
-	return folio_ref_count(page_folio(page));
-}
-
 /* The events read(2)/write(2) send once data moved. */
 void p2pdirect_fsnotify(struct file *f, bool write)
 {

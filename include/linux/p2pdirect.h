@@ -171,7 +171,10 @@ struct p2pdirect_peer_seg {
  * away meanwhile; -EFAULT if it went between the lookup and the pin),
  * -EDQUOT (a range of p2pdirect's memory or of P2PDMA pages larger than
  * max_pinned_mib; another module's client applies its own limits),
- * -ENOMEM, or the client's error. It takes the calling process's mmap lock:
+ * -ETOOMANYREFS (a page of p2pdirect's memory or of P2PDMA pages holds
+ * P2PDIRECT_PAGE_PINS_MAX pins already: the UAPI header's "Pins of one
+ * page"; another module's client pins its own memory), -ENOMEM, or the
+ * client's error. It takes the calling process's mmap lock:
  * not to be called with it held.
  */
 struct p2pdirect_peer_mem *p2pdirect_peer_get(unsigned long addr, size_t size, bool write,

@@ -144,12 +144,14 @@ pub(crate) fn install<T: DeviceMapping>(vma: &VmaNew, data: Arc<T>) {
 
 /// Where a user range lies, as far as mappings of `T` are concerned.
 pub(crate) enum Lookup<T> {
-    /// Not in any mapping of `T`.
+    /// Not in any mapping of `T` at its first byte (whatever follows:
+    /// such a range is other memory, or none).
     Elsewhere,
     /// All in one mapping of `T`: the object and the file offset of the
     /// range's first byte (the VMA's offset plus the distance into it).
     Inside(Arc<T>, u64),
-    /// Partly in a mapping of `T` and partly outside it or in another one.
+    /// Starts in a mapping of `T` and runs out of it (into other memory,
+    /// none, or another one).
     Straddles,
 }
 
@@ -212,7 +214,7 @@ pub(crate) fn lookup<T: DeviceMapping>(addr: u64, len: u64) -> Lookup<T> {
         at = vend;
     }
     match (ours, first) {
-        (0, _) => Lookup::Elsewhere,
+        (_, None) => Lookup::Elsewhere,
         (1, Some((data, off))) if all_ours => Lookup::Inside(data, off),
         _ => Lookup::Straddles,
     }

@@ -805,6 +805,8 @@ TEST_F(hd, file_on_read_only_device_erofs)
 	EXPECT_EQ(-EROFS, io(self->dev, true, fd, 0, (uintptr_t)m, 64 * KiB, 0, &out));
 	EXPECT_EQ(-EROFS, io(self->dev, true, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 64 * KiB, 0,
 			      &out));
+	/* The device's read-only state comes before the alignment (since ABI 1.21). */
+	EXPECT_EQ(-EROFS, io(self->dev, true, fd, 0, (uintptr_t)m, 1000, 0, &out));
 	EXPECT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 64 * KiB, 0, &out));
 	EXPECT_EQ(64 * KiB, out.bytes);
 	snprintf(cmd, sizeof(cmd), "blockdev --setrw %s", dev);
@@ -1483,6 +1485,8 @@ TEST_F(hd, dio_through_page_cache_is_not_p2p)
 	m = open_with_memory(self->dev, &self->gpu[0], path, &fd, &a);
 	ASSERT_NE(MAP_FAILED, m);
 	EXPECT_EQ(-EOPNOTSUPP, io(self->dev, false, fd, 0, (uintptr_t)m, 64 * KiB, 0, &out));
+	/* The offset's sign comes before the file system's path (since ABI 1.21). */
+	EXPECT_EQ(-EINVAL, io(self->dev, false, fd, 0, (uintptr_t)m, 64 * KiB, 1ull << 63, &out));
 	EXPECT_EQ(0u, nonzero(m, a.size));
 	ASSERT_EQ(0, io(self->dev, false, fd, P2PDIRECT_IO_COMPAT, (uintptr_t)m, 64 * KiB, 0,
 			&out));
@@ -1515,7 +1519,9 @@ TEST_F(hd, dio_through_page_cache_is_not_p2p)
 
 /*
  * A WRITE to a file opened O_APPEND appends, whatever file_offset says, as
- * pwrite(2) does on Linux (the header's struct p2pdirect_io).
+ * pwrite(2) does on Linux (the header's struct p2pdirect_io): also an
+ * offset off the block size, which pwrite(2) ignores too (since ABI 1.21;
+ * before, EINVAL).
  */
 TEST_F(hd, write_to_an_append_file_appends)
 {
@@ -1543,6 +1549,15 @@ TEST_F(hd, write_to_an_append_file_appends)
 	EXPECT_EQ(4096u, out.p2p_bytes);
 	ASSERT_EQ(0, fstat(afd, &sb));
 	EXPECT_EQ(8192, sb.st_size);
+	memset(m, 0x33, 4096);
+	ASSERT_EQ(0, io(self->dev, true, afd, 0, (uintptr_t)m, 4096, 12345, &out));
+	EXPECT_EQ(4096u, out.bytes);
+	EXPECT_EQ(4096u, out.p2p_bytes);
+	/* Its size and memory are still checked. */
+	EXPECT_EQ(-EINVAL, io(self->dev, true, afd, 0, (uintptr_t)m, 1000, 0, &out));
+	EXPECT_EQ(-EINVAL, io(self->dev, true, afd, 0, (uintptr_t)m + 512, 4096, 0, &out));
+	ASSERT_EQ(0, fstat(afd, &sb));
+	EXPECT_EQ(12288, sb.st_size);
 	close(afd);
 	fd = open(path, O_RDONLY);
 	ASSERT_GE(fd, 0);
@@ -1550,6 +1565,8 @@ TEST_F(hd, write_to_an_append_file_appends)
 	EXPECT_TRUE(buf[0] == 0x11 && buf[4095] == 0x11) TH_LOG("offset 0 overwritten");
 	ASSERT_EQ((ssize_t)sizeof(buf), pread(fd, buf, sizeof(buf), 4096));
 	EXPECT_TRUE(buf[0] == 0x22 && buf[4095] == 0x22) TH_LOG("not appended");
+	ASSERT_EQ((ssize_t)sizeof(buf), pread(fd, buf, sizeof(buf), 8192));
+	EXPECT_TRUE(buf[0] == 0x33 && buf[4095] == 0x33) TH_LOG("not appended at 12345");
 	close(fd);
 	/* The file stays (its blocks are not handed to another test's file). */
 	memset(m, 0, a.size);

@@ -259,6 +259,51 @@ TEST_F(pm, p2pdma_user_range_out_of_its_mapping)
 	free(r);
 }
 
+/*
+ * A range that starts in RAM is not device memory, whatever follows it:
+ * ENXIO also where a p2pdirect mapping follows (since ABI 1.21; before,
+ * EFAULT, as for a range that runs out of a device-memory mapping), as
+ * where more RAM or a sysfs p2pmem mapping follows. One that starts where
+ * nothing is mapped is EFAULT.
+ */
+TEST_F(pm, range_from_ram_into_device_memory)
+{
+	struct probe_result *r = calloc(1, sizeof(*r));
+	struct p2pdirect_register reg = { .size = 8192 };
+	struct p2pdirect_free f = { 0 };
+	struct p2pdirect_alloc a;
+	char *base, *m;
+
+	ASSERT_NE(NULL, r);
+	m = alloc_map(self->fd, self->gpu->index, 1 * MiB, &a);
+	ASSERT_NE(MAP_FAILED, m);
+	ASSERT_EQ(0, munmap(m, MiB));
+	base = mmap(NULL, 4096 + MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, base);
+	base[0] = 1;
+	m = mmap(base + 4096, MiB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, self->fd,
+		 a.mmap_offset);
+	ASSERT_EQ(base + 4096, m);
+	probe(self->fd, base, 8192, self->sw, r);
+	EXPECT_EQ(ENXIO, r->err) TH_LOG("DMA_PROBE from RAM: %s", strerror(r->err));
+	reg.addr = (uintptr_t)base;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &reg));
+	EXPECT_EQ(ENXIO, errno) TH_LOG("REGISTER from RAM: %s", strerror(errno));
+	/* Nothing mapped at the start. */
+	ASSERT_EQ(0, munmap(base, 4096));
+	probe(self->fd, base, 8192, self->sw, r);
+	EXPECT_EQ(EFAULT, r->err) TH_LOG("DMA_PROBE from a hole: %s", strerror(r->err));
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &reg));
+	EXPECT_EQ(EFAULT, errno) TH_LOG("REGISTER from a hole: %s", strerror(errno));
+	/* The device memory alone goes. */
+	probe(self->fd, m, 8192, self->sw, r);
+	EXPECT_EQ(0, r->err) TH_LOG("DMA_PROBE of the memory: %s", strerror(r->err));
+	ASSERT_EQ(0, munmap(m, MiB));
+	f.handle = a.handle;
+	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_FREE, &f));
+	free(r);
+}
+
 /* A range that runs from device memory into RAM is not device memory. */
 TEST_F(pm, range_past_the_mapping)
 {

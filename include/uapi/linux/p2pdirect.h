@@ -78,15 +78,18 @@
  * by the caller's threads for the ioctls), and pins of device memory take
  * no RAM besides their charged page arrays.
  *
- * Pins of one page (since ABI 1.21): a page that holds
- * P2PDIRECT_PAGE_PINS_MAX pins already, counting every pin of it (all
- * users' registrations, I/O in flight, other drivers' pins), is not pinned
- * again: the REGISTER, DMA_PROBE, pointer READ or WRITE, or kernel client's
- * get_pages that would pin it gets -ETOOMANYREFS, with nothing kept. The
- * kernel keeps a page's pins in its 32-bit reference count, 1024 to a pin:
- * past about two million pins the count would overflow and pinning it
- * would warn. A few references that are not pins (a mapping's) count too,
- * so a page mapped 1024 times or more holds one pin less.
+ * Pins of one page (since ABI 1.21): a page of p2pdirect's memory or of
+ * another provider's P2PDMA pages that holds P2PDIRECT_PAGE_PINS_MAX pins
+ * already, counting every pin of it (all users' registrations, I/O in
+ * flight, other drivers' pins), is not pinned again: the REGISTER,
+ * DMA_PROBE, pointer READ or WRITE, or kernel client's get_pages that
+ * would pin it gets -ETOOMANYREFS, with nothing kept (memory of another
+ * module's client, P2PDIRECT_CLIENT_EXTERNAL, is pinned by that client).
+ * The kernel keeps a page's pins in its 32-bit reference count, 1024 to a
+ * pin: past about two million pins the count would overflow and pinning it
+ * would warn. A few references that are not pins count too (each mapping
+ * of the page, and for p2pdirect's memory its allocation), so a page
+ * mapped about 1024 times or more holds one pin less.
  */
 #define P2PDIRECT_PAGE_PINS_MAX 65535
 
@@ -97,7 +100,15 @@
  * P2PDIRECT_PAGE_PINS_MAX times at once; past that, -ETOOMANYREFS. Before,
  * registrations of one page had no bound of their own (4096 a file), so
  * about two million of them, from many files, overflowed its reference
- * count, and the next pin of it made the kernel warn.
+ * count, and the next pin of it made the kernel warn. Three corrections
+ * where the code differed from this file: a WRITE to a file opened
+ * O_APPEND no longer checks the alignment of @file_offset, where it does
+ * not land (before, -EINVAL for one off the block size); a range that
+ * starts in RAM and runs into a p2pdirect mapping is -ENXIO, like any
+ * range that starts in RAM (before, -EFAULT); and a file READ or WRITE
+ * checks its file system's device's read-only state before the alignment
+ * and the offset's sign before the file system's page-cache path (before,
+ * -EINVAL came before -EROFS, and -EOPNOTSUPP before -EINVAL).
  *
  * ABI 1.20 (no new command, same structs): io_uring's worker starts no
  * command for a process being killed or exiting: it ends with -ECANCELED
@@ -504,7 +515,10 @@ struct p2pdirect_dma_seg {
  * one); -EREMOTEIO the DMA device cannot reach the memory (P2P distance);
  * -EFAULT the range is not mapped or spans two mappings, or is mapped
  * without PROT_WRITE and P2PDIRECT_PROBE_WRITE is set; -EDQUOT the range
- * would pin more than max_pinned_mib; -EBADF @fd is not open; -ENOTBLK @fd
+ * would pin more than max_pinned_mib (the memory is looked up first, so a
+ * range that runs out of its mapping is -EFAULT, whatever its size: only
+ * a mapping larger than max_pinned_mib, or another module's client's
+ * memory, gives -EDQUOT); -EBADF @fd is not open; -ENOTBLK @fd
  * is not a block device; -ENODEV no PCI device under @fd (a loop device, a
  * RAM disk; a stacked device whose legs are all gone); -ELOOP, -E2BIG a
  * stacked device more than P2PDIRECT_STACK_MAX_DEPTH levels deep or over
@@ -562,7 +576,10 @@ struct p2pdirect_dma_probe {
  * so is one that starts in another provider's P2PDMA mapping (a sysfs
  * p2pmem mapping) and runs out of it (since ABI 1.11; before, such a range
  * running into RAM gave -ENXIO and one running into another P2PDMA mapping
- * was taken).
+ * was taken). A range is what its first byte is: one that starts in RAM is
+ * not device memory (-ENXIO), whatever follows it (since ABI 1.21: before,
+ * one running into a p2pdirect mapping gave -EFAULT), and one that starts
+ * where nothing is mapped is -EFAULT.
  *
  * Errors: -ENXIO not device memory (no client claims it); -EEXIST this file
  * already has a live registration of exactly this range; -EDQUOT the file would pin more
@@ -581,7 +598,9 @@ struct p2pdirect_dma_probe {
  * already (since 1.21); -EINVAL
  * size 0, a wrapping range, unknown flags. Checked in this order: -EINVAL;
  * then what the file holds (-EEXIST, -ENOSPC, -EDQUOT), before the memory is
- * looked up; then the memory (-ENXIO, -EFAULT, -EOPNOTSUPP, -ETOOMANYREFS).
+ * looked up; then the memory: whose it is (-ENXIO, -EFAULT for a range that
+ * runs out of its mapping or starts in none, -EOPNOTSUPP for another
+ * module's client's memory), then its pins (-EFAULT, -ETOOMANYREFS).
  */
 struct p2pdirect_register {
 	__u64 addr;
@@ -689,7 +708,10 @@ struct p2pdirect_reg_id {
  * may or may not have been written. For a file it is what the file system's
  * direct I/O returns, which for ext4 and xfs (iomap) is the error for the
  * whole call. A WRITE to a file opened O_APPEND appends, whatever
- * @file_offset says, as pwrite(2) does on Linux. The file's data must be on
+ * @file_offset says, as pwrite(2) does on Linux: its alignment is not
+ * checked either (since ABI 1.21), the file system checks that of the end
+ * it writes at, and the page-cache test below is of that end; a negative
+ * @file_offset is still -EINVAL, as pwrite(2)'s. The file's data must be on
  * its file system's block device (an xfs realtime file or a multi-device
  * file system's other devices are not checked for reachability).
  *
@@ -702,7 +724,12 @@ struct p2pdirect_reg_id {
  * and swap state; the alignment; the offset's sign; rw_verify_area(); the
  * memory; the device's end. write(2) tests the end before the alignment,
  * so a WRITE at the end with a size off the block size gets -EINVAL here
- * and -ENOSPC from pwrite(2).
+ * and -ENOSPC from pwrite(2). On a file the order is: flags and size; the
+ * fd, its kind and access mode; the read-only state of its file system's
+ * device (-EROFS); the alignment; the offset's sign; the file system's
+ * page-cache path (-EOPNOTSUPP without COMPAT); the memory; then what the
+ * file system's read or write finds (since ABI 1.21, before which the
+ * alignment came before -EROFS and the page-cache path before the sign).
  *
  * A WRITE to a raw block device opened O_DSYNC (or O_SYNC) is durable when
  * it returns, as write(2)'s is: its bios are FUA writes, and a synchronous

@@ -1075,9 +1075,9 @@ fn undo(provider: &Provider, backing: Backing, size: u64) {
 
 /// The allocation of p2pdirect's own memory that `[addr, addr + len)` of the
 /// calling process lies in, with the range's offset in it. `Ok(None)` if the
-/// range is not p2pdirect's memory at all; `EFAULT` if it lies partly in a
-/// mapping of it (runs past its end, into another allocation or another
-/// kind of memory).
+/// range does not start in p2pdirect's memory (whatever follows); `EFAULT`
+/// if it starts in a mapping of it and runs past its end (into another
+/// allocation or another kind of memory).
 pub(crate) fn user_range(addr: u64, len: u64) -> Result<Option<(Arc<AllocState>, u64)>> {
     match vma::lookup::<AllocState>(addr, len) {
         vma::Lookup::Elsewhere => Ok(None),

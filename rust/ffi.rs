@@ -256,12 +256,6 @@ impl IoFile {
         sys_file::notify_rw(self.0.file(), write);
     }
 
-    /// Whether writes land at the file's end, whatever position they name
-    /// (`O_APPEND`).
-    pub(crate) fn appends(&self) -> bool {
-        sys_file::appends(self.0.file())
-    }
-
     /// Files: whether the file system serves an O_DIRECT read (or write) of
     /// `len` bytes at `pos` through the page cache (CPU copies): ext4 with
     /// journalled data, or an xfs reflinked file written off its

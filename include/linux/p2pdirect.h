@@ -165,7 +165,8 @@ struct p2pdirect_peer_seg {
  * the P2PDMA-pages client, held other pages when pinned: a mapping replaced
  * meanwhile), -EFAULT (no user address
  * space: a kernel thread, whatever the range; nothing mapped at @addr; a
- * range partly in device memory; a mapping whose allocation was freed; with
+ * range that starts in device memory and runs out of its mapping (one
+ * that starts in RAM is -ENXIO); a mapping whose allocation was freed; with
  * @write, a mapping without PROT_WRITE; or, for another driver's P2PDMA
  * pages, pages of more than one P2PDMA region), -ESTALE (the memory went
  * away meanwhile; -EFAULT if it went between the lookup and the pin),

@@ -353,8 +353,7 @@ impl Drop for FileMapping {
 /// journalled data, inline data, verity...); for a range off its offset
 /// alignment (`STATX_DIO_READ_ALIGN` for reads, where given: xfs writes a
 /// copy-on-write file, a reflinked one, in whole allocation units and
-/// serves a write off them through the page cache). A write to a file
-/// opened `O_APPEND` lands at the file's end, not at `pos`.
+/// serves a write off them through the page cache).
 pub(crate) fn dio_falls_back(file: &File, pos: u64, len: u64, write: bool) -> bool {
     if file_type(file) != bindings::S_IFREG {
         return false;
@@ -375,11 +374,6 @@ pub(crate) fn dio_falls_back(file: &File, pos: u64, len: u64, write: bool) -> bo
     if st.dio_mem_align == 0 {
         return true;
     }
-    let pos = if write && appends(file) {
-        u64::try_from(st.size).unwrap_or(0)
-    } else {
-        pos
-    };
     let read_align = st.result_mask & bindings::STATX_DIO_READ_ALIGN != 0;
     let align = if !write && read_align && st.dio_read_offset_align != 0 {
         st.dio_read_offset_align
@@ -387,14 +381,6 @@ pub(crate) fn dio_falls_back(file: &File, pos: u64, len: u64, write: bool) -> bo
         st.dio_offset_align
     };
     align > 1 && (pos | len) % u64::from(align) != 0
-}
-
-/// Whether `file` was opened (or `fcntl`-set) `O_APPEND`: its writes land
-/// at its end, whatever position they name.
-pub(crate) fn appends(file: &File) -> bool {
-    // SAFETY: an open file's flags may be read at any time; `fcntl` changes
-    // them under the file's lock, so the read is volatile.
-    unsafe { core::ptr::read_volatile(&raw const (*raw(file)).f_flags) & bindings::O_APPEND != 0 }
 }
 
 /// A file the kernel opened, dropped with `fput`.

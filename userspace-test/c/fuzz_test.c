@@ -65,7 +65,8 @@
  * kernel's mm and VFS return for these calls): EINVAL EFAULT ENOTTY EBADF
  * ENOENT ENOMEM ENOSPC ENODEV ENXIO EPERM EACCES EBUSY EREMOTEIO EOPNOTSUPP
  * ESTALE ERANGE EDQUOT EISDIR ESPIPE EOVERFLOW ENOTBLK ETXTBSY EIO EAGAIN
- * EINTR E2BIG EFBIG EROFS EXDEV EMFILE (EXPORT_DMABUF with no free fd), and
+ * EINTR E2BIG EFBIG EROFS EXDEV EMFILE (EXPORT_DMABUF with no free fd),
+ * ETOOMANYREFS (a page pinned P2PDIRECT_PAGE_PINS_MAX times), and
  * EEXIST (REGISTER of a range the file already registered). Anything else, or a return value other than 0 and -1,
  * is a failure.
  *
@@ -230,6 +231,7 @@ static const int allowed_errno[] = {
 	EINVAL, EFAULT, ENOTTY, EBADF, ENOENT, ENOMEM, ENOSPC, ENODEV, ENXIO, EPERM, EACCES,
 	EBUSY, EREMOTEIO, EOPNOTSUPP, ESTALE, ERANGE, EDQUOT, EISDIR, ESPIPE, EOVERFLOW,
 	ENOTBLK, ETXTBSY, EIO, EAGAIN, EINTR, E2BIG, EFBIG, EROFS, EXDEV, EEXIST, EMFILE,
+	ETOOMANYREFS,
 };
 
 static const struct {
@@ -246,6 +248,7 @@ static const struct {
 	{ ENOSPC, "ENOSPC" }, { ESPIPE, "ESPIPE" }, { EROFS, "EROFS" }, { ERANGE, "ERANGE" },
 	{ EOVERFLOW, "EOVERFLOW" }, { EOPNOTSUPP, "EOPNOTSUPP" }, { ESTALE, "ESTALE" },
 	{ EDQUOT, "EDQUOT" }, { EREMOTEIO, "EREMOTEIO" }, { ECANCELED, "ECANCELED" },
+	{ ETOOMANYREFS, "ETOOMANYREFS" },
 };
 
 static const char *errname(int e, char *buf, size_t len)

@@ -89,26 +89,24 @@
  * pin: past about two million pins the count would overflow and pinning it
  * would warn. A few references that are not pins count too (each mapping
  * of the page, and for p2pdirect's memory its allocation), so a page
- * mapped about 1024 times or more holds one pin less.
- */
-#define P2PDIRECT_PAGE_PINS_MAX 65535
-
-/*
+ * mapped about 1024 times or more holds one pin less. A call pins, then
+ * counts: near the limit, calls pinning the same page at once may each
+ * see the other's pin and be refused, though one of them would have fit.
+ *
  * The minors, newest first (each says what changed and what it did before):
  *
  * ABI 1.21 (no new command, same structs): a page is pinned at most
  * P2PDIRECT_PAGE_PINS_MAX times at once; past that, -ETOOMANYREFS. Before,
  * registrations of one page had no bound of their own (4096 a file), so
  * about two million of them, from many files, overflowed its reference
- * count, and the next pin of it made the kernel warn. Three corrections
- * where the code differed from this file: a WRITE to a file opened
- * O_APPEND no longer checks the alignment of @file_offset, where it does
- * not land (before, -EINVAL for one off the block size); a range that
- * starts in RAM and runs into a p2pdirect mapping is -ENXIO, like any
- * range that starts in RAM (before, -EFAULT); and a file READ or WRITE
- * checks its file system's device's read-only state before the alignment
- * and the offset's sign before the file system's page-cache path (before,
- * -EINVAL came before -EROFS, and -EOPNOTSUPP before -EINVAL).
+ * count, and the next pin of it made the kernel warn. Two corrections
+ * where the code differed from this file: a range that starts in RAM and
+ * runs into a p2pdirect mapping (or a CPU mapping of one of its dma-bufs)
+ * is -ENXIO, like any range that starts in RAM (before, -EFAULT); and a
+ * file READ or WRITE checks its file system's device's read-only state
+ * before the alignment and the offset's sign before the file system's
+ * page-cache path (before, -EINVAL came before -EROFS, and -EOPNOTSUPP
+ * before -EINVAL).
  *
  * ABI 1.20 (no new command, same structs): io_uring's worker starts no
  * command for a process being killed or exiting: it ends with -ECANCELED
@@ -259,6 +257,9 @@
 
 #define P2PDIRECT_ABI_MAJOR 1
 #define P2PDIRECT_ABI_MINOR 21
+
+/* The most pins one page may hold (since 1.21: "Pins of one page" above). */
+#define P2PDIRECT_PAGE_PINS_MAX 65535
 
 /*
  * 'P' 0xd0..0xef: ioctl-number.rst lists all of 'P' for linux/soundcard.h
@@ -513,7 +514,8 @@ struct p2pdirect_dma_seg {
  *
  * Errors: -ENXIO no client claims the range (not device memory: RAM, for
  * one); -EREMOTEIO the DMA device cannot reach the memory (P2P distance);
- * -EFAULT the range is not mapped or spans two mappings, or is mapped
+ * -EFAULT the range is not mapped at its start, or starts in device memory
+ * and spans two mappings (one that starts in RAM is -ENXIO), or is mapped
  * without PROT_WRITE and P2PDIRECT_PROBE_WRITE is set; -EDQUOT the range
  * would pin more than max_pinned_mib (the memory is looked up first, so a
  * range that runs out of its mapping is -EFAULT, whatever its size: only
@@ -588,7 +590,8 @@ struct p2pdirect_dma_probe {
  * larger; -ENOSPC the file holds 4096 registrations already, live or
  * invalidated (DEREGISTER an invalidated one to free its place); -EFAULT the
  * range is not mapped, or is mapped without PROT_WRITE and
- * P2PDIRECT_REG_WRITE is set (it pins for writing), spans two mappings
+ * P2PDIRECT_REG_WRITE is set (it pins for writing), starts in device memory
+ * and spans two mappings
  * (or, for another provider's
  * P2PDMA pages, two P2PDMA regions: since ABI 1.14), or its memory was
  * freed (or its provider's driver began to unbind) while it was being
@@ -708,10 +711,11 @@ struct p2pdirect_reg_id {
  * may or may not have been written. For a file it is what the file system's
  * direct I/O returns, which for ext4 and xfs (iomap) is the error for the
  * whole call. A WRITE to a file opened O_APPEND appends, whatever
- * @file_offset says, as pwrite(2) does on Linux: its alignment is not
- * checked either (since ABI 1.21), the file system checks that of the end
- * it writes at, and the page-cache test below is of that end; a negative
- * @file_offset is still -EINVAL, as pwrite(2)'s. The file's data must be on
+ * @file_offset says, as pwrite(2) does on Linux; @file_offset must still
+ * be a multiple of the logical block size and not negative (-EINVAL), as
+ * xfs's O_DIRECT pwrite(2) requires (ext4's does not look at it), and the
+ * page-cache test below is made at @file_offset, where ext4 and xfs make
+ * theirs before they move the write to the end. The file's data must be on
  * its file system's block device (an xfs realtime file or a multi-device
  * file system's other devices are not checked for reachability).
  *
@@ -761,7 +765,7 @@ struct p2pdirect_reg_id {
  * O_DIRECT through the page cache (both: without COMPAT); -ENXIO @addr is
  * not device memory (no peer-memory client claims it: RAM, for one);
  * -EFAULT the range runs past the end of its device-memory mapping, spans
- * two mappings, or is not mapped, its memory was freed or revoked while it
+ * two mappings (one that starts in RAM is -ENXIO), or is not mapped, its memory was freed or revoked while it
  * stays mapped, or a READ's memory is mapped without PROT_WRITE (the pages
  * are pinned for writing); -EDQUOT the range would pin more than
  * max_pinned_mib; -ETOOMANYREFS a page of the range holds

@@ -1556,7 +1556,7 @@ TEST_F(hd, write_to_an_append_file_appends)
 	/* Its offset, size and memory are still checked. */
 	EXPECT_EQ(-EINVAL, io(self->dev, true, afd, 0, (uintptr_t)m, 4096, 12345, &out));
 	EXPECT_EQ(-EINVAL, io(self->dev, true, afd, 0, (uintptr_t)m, 1000, 0, &out));
-	EXPECT_EQ(-EINVAL, io(self->dev, true, afd, 0, (uintptr_t)m + 512, 4096, 0, &out));
+	EXPECT_EQ(-EINVAL, io(self->dev, true, afd, 0, (uintptr_t)m + 256, 4096, 0, &out));
 	ASSERT_EQ(0, fstat(afd, &sb));
 	EXPECT_EQ(12288, sb.st_size);
 	close(afd);

@@ -455,13 +455,19 @@ impl KernelApi for Api {
         Ok(mem)
     }
 
-    fn dma_map(mem: &KernelMem, dev: &pci::Device) -> Result<KVVec<(u64, u64)>> {
+    fn dma_map(mem: &KernelMem, dev: &pci::Device, max: usize) -> Result<KVVec<(u64, u64)>> {
         let mut guard = mem.claim.lock();
         let (claim, _) = Option::as_mut(&mut *guard).ok_or_else(estale)?;
         if claim.is_mapped() {
             return Err(EBUSY);
         }
         let segs = claim.dma_map(&DmaDevice::of_pci(dev))?;
+        // More segments than the caller has room for: unmapped under the
+        // lock, so that no other caller's map or unmap comes between.
+        if segs.len() > max {
+            claim.dma_unmap();
+            return Err(E2BIG);
+        }
         let Ok(mut out) = KVVec::with_capacity(segs.len(), GFP_KERNEL) else {
             // The caller is told the map failed: it must not stay mapped.
             claim.dma_unmap();

@@ -586,16 +586,20 @@ static void put_cb_mem(struct peer_user *pu)
 		p2pdirect_peer_put(mem);
 }
 
-/* Told the memory goes: takes no lock (p2pdirect_peer_put() waits for it). */
+/*
+ * Told the memory goes: takes no lock (p2pdirect_peer_put() waits for it).
+ * Its put (putincb) comes last: once it put, the file's release may free
+ * @pu at once.
+ */
 static void peer_invalidate(void *priv)
 {
 	struct peer_user *pu = priv;
 
 	atomic_inc(&pu->invalidations);
 	WRITE_ONCE(pu->nsegs, 0);
-	put_cb_mem(pu);
 	if (READ_ONCE(pu->slow))
 		msleep(2000);
+	put_cb_mem(pu);
 }
 
 static int peer_map(struct peer_user *pu)

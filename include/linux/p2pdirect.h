@@ -212,7 +212,9 @@ void p2pdirect_peer_dma_unmap(struct p2pdirect_peer_mem *mem);
 unsigned long p2pdirect_peer_page_size(struct p2pdirect_peer_mem *mem);
 
 /*
- * Unmaps, unpins and releases the range; @mem is gone. Once it returns,
+ * Unmaps, unpins and releases the range; @mem is gone. It may sleep (it
+ * takes mutexes and waits for a running @invalidate): not from atomic
+ * context. Once it returns,
  * @invalidate is neither running nor called again, so it waits for a
  * running one: @invalidate must not wait for a lock held across this call.
  * Called from inside @invalidate for its own range, it returns at once

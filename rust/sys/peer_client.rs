@@ -276,7 +276,10 @@ pub(crate) trait KernelApi {
     fn invalidate(client: &Self::Client, core_context: u64) -> Result;
 
     fn get(addr: u64, size: u64, write: bool, notify: Notify) -> Result<Arc<Self::Mem>>;
-    fn dma_map(mem: &Self::Mem, dev: &pci::Device) -> Result<KVVec<(u64, u64)>>;
+    /// Maps the range for `dev`: its segments, at most `max` of them.
+    /// `E2BIG` for more, unmapped again before any other call on the range
+    /// can see the mapping (under the range's own lock).
+    fn dma_map(mem: &Self::Mem, dev: &pci::Device, max: usize) -> Result<KVVec<(u64, u64)>>;
     fn dma_unmap(mem: &Self::Mem);
     fn page_size(mem: &Self::Mem) -> u64;
     fn put(mem: Arc<Self::Mem>);
@@ -500,12 +503,15 @@ pub(crate) unsafe fn dma_map<T: KernelApi>(
     let Some(pdev) = pdev else {
         return ENODEV.to_errno();
     };
-    let list = match T::dma_map(&m, &pdev) {
+    let max = max as usize;
+    let list = match T::dma_map(&m, &pdev, max) {
         Ok(l) => l,
         Err(e) => return e.to_errno(),
     };
-    if list.len() > max as usize {
-        T::dma_unmap(&m);
+    // `dma_map` keeps to `max` (and unmaps itself past it, before another
+    // caller's map or unmap of the range can come between): the writes
+    // below stay within `segs` whatever it returns.
+    if list.len() > max {
         return E2BIG.to_errno();
     }
     for (i, (addr, len)) in list.iter().enumerate() {

@@ -181,7 +181,10 @@
  * READ and WRITE alike; a sysfs p2pmem mapping is one region). FREE
  * (or close) racing the removal of the allocation's device returns once the
  * removal has zapped the mappings and told every registration and kernel
- * consumer, as FREE alone does; before, it could return first. Revoked
+ * consumer, as FREE alone does; before, it could return first. That wait
+ * is interruptible: a FREE whose thread gets a signal meanwhile returns 0
+ * at once (the allocation is gone from the file either way) while the
+ * removal goes on telling them. Revoked
  * memory goes back to its provider only after the fences of a dma-buf of
  * it retired, also when a kernel consumer was told before the dma-buf;
  * before, it could go back while FREE still waited for those fences.

@@ -363,7 +363,8 @@ TEST_F(db, mmap_shares_the_bytes)
  * A CPU mapping of the dma-buf is the allocation's memory: DMA_PROBE and
  * REGISTER name p2pdirect's own client, and FREE invalidates the
  * registration (before, the range was taken as another provider's P2PDMA
- * mapping: the registration stayed live and pinned freed memory).
+ * mapping: the registration stayed live and pinned freed memory). A range
+ * that starts in the RAM page before the view is ENXIO.
  */
 TEST_F(db, registration_on_a_dmabuf_mapping_is_invalidated_by_free)
 {
@@ -371,7 +372,7 @@ TEST_F(db, registration_on_a_dmabuf_mapping_is_invalidated_by_free)
 	struct p2pdirect_register r;
 	struct p2pdirect_reg_id q;
 	struct p2pdirect_dma_probe p;
-	uint8_t *view;
+	uint8_t *ram, *view;
 	char ns[64];
 	__u64 id;
 	int buf, nsfd;
@@ -379,8 +380,12 @@ TEST_F(db, registration_on_a_dmabuf_mapping_is_invalidated_by_free)
 	ASSERT_EQ(0, do_alloc(self->fd, self->gpu.index, MiB, &a));
 	buf = do_export(self->fd, a.handle, 4 * PAGE, 8 * PAGE, P2PDIRECT_EXPORT_CLOEXEC);
 	ASSERT_GE(buf, 0);
-	view = mmap(NULL, 8 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, buf, 0);
-	ASSERT_NE(MAP_FAILED, view) TH_LOG("mmap dma-buf: %s", strerror(errno));
+	/* The view right after a page of RAM. */
+	ram = mmap(NULL, 9 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, ram);
+	ram[0] = 1;
+	view = mmap(ram + PAGE, 8 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, buf, 0);
+	ASSERT_EQ(ram + PAGE, view) TH_LOG("mmap dma-buf: %s", strerror(errno));
 	view[0] = 1;
 
 	/* DMA_PROBE for the controller behind the switch, which reaches the GPU. */
@@ -412,6 +417,10 @@ TEST_F(db, registration_on_a_dmabuf_mapping_is_invalidated_by_free)
 	r.size = 2 * PAGE;
 	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &r));
 	EXPECT_EQ(EFAULT, errno);
+	/* One that starts in RAM is not device memory (since ABI 1.21; before, EFAULT). */
+	r.addr = (uintptr_t)ram;
+	EXPECT_EQ(-1, ioctl(self->fd, P2PDIRECT_IOC_REGISTER, &r));
+	EXPECT_EQ(ENXIO, errno) TH_LOG("REGISTER from RAM into the view: %s", strerror(errno));
 
 	/* FREE reaches the registration: dead, its pins gone. */
 	EXPECT_EQ(0, do_free(self->fd, a.handle));
@@ -421,7 +430,7 @@ TEST_F(db, registration_on_a_dmabuf_mapping_is_invalidated_by_free)
 	EXPECT_EQ((__u32)P2PDIRECT_REG_DEAD, q.state);
 	EXPECT_EQ(0, ioctl(self->fd, P2PDIRECT_IOC_DEREGISTER, &q));
 	EXPECT_EQ(SIGBUS, read_faults(view));
-	munmap(view, 8 * PAGE);
+	munmap(ram, 9 * PAGE);
 	close(buf);
 }
 

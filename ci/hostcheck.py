@@ -312,7 +312,7 @@ def check_writes(suite, recs, path_of, what_of, run_dir):
             continue
         name = os.path.basename(path)
         if gone:
-            suite.result(True, f'{what} # superseded: later records overwrote all of it')
+            suite.result(True, f'{what} # SKIP superseded: later records overwrote all of it')
         elif bad == 0 and dirty == 0:
             suite.result(True, f'{what} found in {name}' + (f' ({detail})' if detail else ''))
         else:

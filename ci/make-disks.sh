@@ -63,7 +63,7 @@ data.bin ---644 0 0 $tmp/data3.bin
 \$
 PROTO
 truncate -s 320M "$tmp/ns3.img"
-mkfs.xfs -q -f -L p2p-xfs -p "$tmp/proto" "$tmp/ns3.img"
+mkfs.xfs -q -f -m reflink=1 -L p2p-xfs -p "$tmp/proto" "$tmp/ns3.img"
 
 rm -rf "$tmp/ext4" "$tmp/data3.bin" "$tmp/proto"
 touch "$tmp/.built"

@@ -3,7 +3,10 @@
 """Aggregates TAP streams (several suites, each opened by '# suite: NAME')
 into one verdict. A suite whose plan ('1..N') does not match the results it
 printed, or that printed no plan at all, counts as one failure: a test
-program that crashed half-way must not look green.
+program that crashed half-way must not look green. So does a suite that
+ran no test ('1..0': a filter that matches nothing). A result marked
+'# SKIP' counts as skipped, not passed (the skipped count is printed
+before the verdict line).
 
 Usage: tap-summary.py TAP_FILE...   Prints failures, then 'N passed, N failed'.
 Exit status 0 only if nothing failed and something passed."""
@@ -12,10 +15,11 @@ import sys
 
 RESULT = re.compile(r'^(not ok|ok)\b\s*(\d+)?\s*(?:- )?(.*)$')
 PLAN = re.compile(r'^1\.\.(\d+)')
+SKIP = re.compile(r'#\s*SKIP\b', re.IGNORECASE)
 
 
 def summarise(lines):
-    passed, failed, problems = 0, 0, []
+    passed, failed, skipped, problems = 0, 0, 0, []
     suites = []
     cur = None
 
@@ -29,6 +33,9 @@ def summarise(lines):
         elif s['plan'] != s['count']:
             failed += 1
             problems.append(f"suite {s['name']}: planned {s['plan']}, ran {s['count']}")
+        elif s['plan'] == 0:
+            failed += 1
+            problems.append(f"suite {s['name']}: ran no test (plan 1..0)")
         elif s.get('exit', 0) != 0 and not s['failed']:
             failed += 1
             problems.append(f"suite {s['name']}: exited {s['exit']} with every test ok")
@@ -53,14 +60,16 @@ def summarise(lines):
         m = RESULT.match(line)
         if m:
             cur['count'] += 1
-            if m.group(1) == 'ok':
+            if m.group(1) == 'ok' and SKIP.search(m.group(3)):
+                skipped += 1
+            elif m.group(1) == 'ok':
                 passed += 1
             else:
                 failed += 1
                 cur['failed'] += 1
                 problems.append(f"suite {cur['name']}: not ok: {m.group(3)}")
     close(cur)
-    return passed, failed, problems, len(suites)
+    return passed, failed, skipped, problems, len(suites)
 
 
 def main(paths):
@@ -71,9 +80,11 @@ def main(paths):
                 lines.extend(f.readlines())
         except OSError as e:
             lines.extend([f'# suite: {p}\n', f'not ok 1 - cannot read {p}: {e}\n', '1..1\n'])
-    passed, failed, problems, nsuites = summarise(lines)
+    passed, failed, skipped, problems, nsuites = summarise(lines)
     for p in problems:
         print(f'FAIL {p}')
+    if skipped:
+        print(f'{skipped} skipped (not counted as passed)')
     print(f'{passed} passed, {failed} failed')
     return 0 if failed == 0 and passed > 0 else 1
 

@@ -168,14 +168,25 @@ kmemleak_clean() {
 	return 1
 }
 
-# libtest output -> TAP (plan at the end).
+# libtest output -> TAP (plan at the end). The tests each binary announced
+# ("running N tests") must all report, and the binary must exit 0 (its
+# status comes last, as "p2pdirect-test-exit N"): a binary killed half-way
+# (SIGBUS, abort, OOM) or one that never started is a failure.
 libtest_tap() {
 	awk '
+	/^running [0-9]+ tests?$/  { expect += $2; print "# " $0; next }
+	/^p2pdirect-test-exit [0-9]+$/ { code = $2; seen = 1; next }
 	/^test .* \.\.\. ok$/      { n++; print "ok " n " - " $2; next }
 	/^test .* \.\.\. ignored/  { n++; print "ok " n " - " $2 " # SKIP ignored"; next }
 	/^test .* \.\.\. FAILED$/  { n++; print "not ok " n " - " $2; next }
 	{ print "# " $0 }
-	END { print "1.." n + 0 }'
+	END {
+		reported = n
+		if (!seen) { n++; print "not ok " n " - the test binary gave no exit status" }
+		else if (code != 0) { n++; print "not ok " n " - the test binary exited with status " code }
+		if (reported < expect) { n++; print "not ok " n " - " expect " tests announced, " reported " reported" }
+		print "1.." n + 0
+	}'
 }
 
 run_suite() { # run_suite NAME COMMAND...: one TAP stream on $out
@@ -192,20 +203,29 @@ run_suite() { # run_suite NAME COMMAND...: one TAP stream on $out
 }
 
 # KUnit suites of the module ran at insmod; their KTAP results (subtests
-# indented) become one flat TAP suite each.
+# indented) become one flat TAP suite each. The module has 8
+# (kunit_tests(p2pdirect_...) in rust/): fewer is a failure.
+kunit_expected=8
 kunit_suites() {
 	found=0
 	for d in /sys/kernel/debug/kunit/p2pdirect_*; do
 		[ -f "$d/results" ] || continue
-		found=1
+		found=$((found + 1))
 		say "# suite: kunit-${d##*/}"
 		sed -n 's/^    \(\(not \)\{0,1\}ok .*\)$/\1/p; s/^    \(1\.\.[0-9]*\)$/\1/p' "$d/results" >"$out"
 		sed -n 's/^    \(# .*\)$/\1/p' "$d/results" | head -n 40 >"$out"
 	done
-	[ "$found" = 1 ] || printf '# suite: kunit\nnot ok 1 - no KUnit suite of p2pdirect ran\n1..1\n' >"$out"
+	[ "$found" -ge "$kunit_expected" ] ||
+		printf '# suite: kunit\nnot ok 1 - %s of the %s KUnit suites of p2pdirect ran\n1..1\n' \
+			"$found" "$kunit_expected" >"$out"
 }
 # Records of device memory (ALLOC zeroes it) go straight to the host.
-rust_suite() { P2PDIRECT_RECORDS=$out "$1" --test-threads=1 2>&1 | libtest_tap; }
+rust_suite() {
+	{
+		P2PDIRECT_RECORDS=$out "$1" --test-threads=1 2>&1
+		echo "p2pdirect-test-exit $?"
+	} | libtest_tap
+}
 
 # The p2pd tool as a user runs it. verify's records go to the host checks.
 # With --json, stdout is one JSON document and nothing else (one line).

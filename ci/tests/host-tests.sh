@@ -44,6 +44,9 @@ summary 1 "1 passed, 1 failed" "a suite that stops early fails" < <(printf '# su
 summary 1 "1 passed, 1 failed" "a suite without a plan fails" < <(printf '# suite: a\nok 1 x\n')
 summary 1 "1 passed, 1 failed" "a suite that exits non-zero with all ok fails" < <(printf '# suite: a\n1..1\nok 1 x\n# suite-exit: a 139\n')
 summary 1 "0 passed, 0 failed" "no tests at all is not a pass" </dev/null
+summary 1 "1 passed, 1 failed" "a suite that ran no test (1..0) fails" < <(printf '# suite: a\n1..1\nok 1 x\n# suite: b\n1..0\n')
+summary 0 "1 passed, 0 failed" "a skipped test is not counted as passed" < <(printf '# suite: a\n1..2\nok 1 x\nok 2 y # SKIP no device\n')
+summary 1 "0 passed, 0 failed" "skips alone are not a pass" < <(printf '# suite: a\n1..1\nok 1 x # SKIP\n')
 echo "1..$n"
 
 echo "# suite: host-prune-runs"
@@ -307,7 +310,7 @@ expect "partly superseded record: checked on the rest, its guard as replayed" ho
 printf '# HOSTCHECK gpu=0000:04:00.0 off=12288 len=2048 fill=4 pos=4096 guard=0\n' >>"$tmp/tap"
 printf '# HOSTCHECK gpu=0000:04:00.0 off=12288 len=2048 zero guard=0\n' >>"$tmp/tap"
 python3 -c "import os; fd = os.open('$tmp/run/gpu0.mem', os.O_WRONLY); os.pwrite(fd, bytes(2048), 12288)"
-expect "zero record found; an overlapping earlier record superseded" host-devmem 0 "ok 3 - .* # superseded"
+expect "zero record found; an overlapping earlier record skipped as superseded" host-devmem 0 "ok 3 - .* # SKIP superseded"
 poke "$tmp/run/gpu0.mem" 12300 7
 expect "a non-zero byte fails the zero record and the guard it lies in" host-devmem 2
 poke "$tmp/run/gpu0.mem" 12300 0

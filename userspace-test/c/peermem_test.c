@@ -645,8 +645,8 @@ static void *stress_thread(void *p)
 		if (ioctl(s->fd, P2PDIRECT_IOC_DMA_PROBE, &pr))
 			s->errors++;
 		/* Every other time FREE races the registration; else deregister first. */
-		if (i & 1)
-			reg_state(s->fd, P2PDIRECT_IOC_DEREGISTER, id);
+		if (i & 1 && reg_state(s->fd, P2PDIRECT_IOC_DEREGISTER, id) != P2PDIRECT_REG_LIVE)
+			s->errors++;
 		if (do_free(s->fd, a.handle))
 			s->errors++;
 		if (!(i & 1) && reg_state(s->fd, P2PDIRECT_IOC_DEREGISTER, id) != P2PDIRECT_REG_DEAD)

@@ -1371,7 +1371,7 @@ static void *racer_main(void *arg)
 
 		if (!e)
 			r->ok++;
-		else if (e == -EFAULT || e == -ENXIO)
+		else if (e == -EFAULT)
 			r->refused++;
 		else
 			r->other++;

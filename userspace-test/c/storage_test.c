@@ -320,7 +320,11 @@ TEST_F(st, raw_read_both_gpus)
 		rec_ns(&b, 0, len, 1, foff, GUARD);
 		rec_dma(1, foff, len, b.g->bdf);
 		close(fd);
-		/* Kept allocated: the host reads it after the run. */
+		/*
+		 * Not freed here: the host reads it after the run, unless the
+		 * fixture's close frees it and a later test's ALLOC zeroes it
+		 * (then the host reports the record as superseded, a SKIP).
+		 */
 	}
 }
 
@@ -489,7 +493,11 @@ TEST_F(st, raw_io_and_the_page_cache)
 	free(cached);
 	close(bfd);
 	close(fd);
-	/* Kept allocated: the host reads it after the run. */
+	/*
+	 * Not freed here: the host reads it after the run, unless the
+	 * fixture's close frees it and a later test's ALLOC zeroes it
+	 * (then the host reports the record as superseded, a SKIP).
+	 */
 }
 
 /* One I/O bigger than a bio: the engine splits by the queue limits. */

@@ -843,16 +843,32 @@ TEST_F(hd, file_on_read_only_device_erofs)
 	EXPECT_EQ(0, free_handle(self->dev, a.handle));
 }
 
+/* The events queued on inotify descriptor @in (non-blocking) after 1 ms, or-ed. */
+static __u32 events_of(int in)
+{
+	char ev[4096];
+	__u32 seen = 0;
+	ssize_t n;
+
+	usleep(1000);
+	while ((n = read(in, ev, sizeof(ev))) > 0)
+		for (char *e = ev; e < ev + n;) {
+			struct inotify_event *ie = (struct inotify_event *)e;
+
+			seen |= ie->mask;
+			e += sizeof(*ie) + ie->len;
+		}
+	return seen;
+}
+
 /* READ and WRITE on a raw namespace send the events read(2)/write(2) send. */
 TEST_F(hd, raw_io_sends_fsnotify_events)
 {
 	struct p2pdirect_alloc a;
 	struct p2pdirect_io out;
-	char ev[4096];
-	__u32 seen = 0;
+	__u32 seen;
 	__u8 *m;
 	int in, fd;
-	ssize_t n;
 
 	in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 	ASSERT_GE(in, 0);
@@ -866,28 +882,13 @@ TEST_F(hd, raw_io_sends_fsnotify_events)
 	ASSERT_EQ(0, io(self->dev, false, fd, 0, (uintptr_t)m, 64 * KiB, 140 * MiB, &out));
 	EXPECT_EQ(64 * KiB, out.bytes);
 	EXPECT_EQ(64 * KiB, out.p2p_bytes);
-	usleep(1000);
-	while ((n = read(in, ev, sizeof(ev))) > 0)
-		for (char *e = ev; e < ev + n;) {
-			struct inotify_event *ie = (struct inotify_event *)e;
-
-			seen |= ie->mask;
-			e += sizeof(*ie) + ie->len;
-		}
+	seen = events_of(in);
 	EXPECT_NE(0u, seen & IN_ACCESS) TH_LOG("no IN_ACCESS after READ (mask %#x)", seen);
 	EXPECT_EQ(0u, seen & IN_MODIFY) TH_LOG("IN_MODIFY after a READ (mask %#x)", seen);
 	/* The same zeros written back: IN_MODIFY. */
-	seen = 0;
 	ASSERT_EQ(0, io(self->dev, true, fd, 0, (uintptr_t)m, 64 * KiB, 140 * MiB, &out));
 	EXPECT_EQ(64 * KiB, out.bytes);
-	usleep(1000);
-	while ((n = read(in, ev, sizeof(ev))) > 0)
-		for (char *e = ev; e < ev + n;) {
-			struct inotify_event *ie = (struct inotify_event *)e;
-
-			seen |= ie->mask;
-			e += sizeof(*ie) + ie->len;
-		}
+	seen = events_of(in);
 	EXPECT_NE(0u, seen & IN_MODIFY) TH_LOG("no IN_MODIFY after WRITE (mask %#x)", seen);
 	close(fd);
 	close(in);

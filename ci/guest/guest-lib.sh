@@ -181,6 +181,7 @@ libtest_tap() {
 	/^test .* \.\.\. FAILED$/  { n++; print "not ok " n " - " $2; next }
 	{ print "# " $0 }
 	END {
+		n += 0
 		reported = n
 		if (!seen) { n++; print "not ok " n " - the test binary gave no exit status" }
 		else if (code != 0) { n++; print "not ok " n " - the test binary exited with status " code }
@@ -223,7 +224,10 @@ kunit_suites() {
 rust_suite() {
 	{
 		P2PDIRECT_RECORDS=$out "$1" --test-threads=1 2>&1
-		echo "p2pdirect-test-exit $?"
+		rc=$?
+		# A crash mid-test leaves libtest's "test x ... " without its newline.
+		echo
+		echo "p2pdirect-test-exit $rc"
 	} | libtest_tap
 }
 

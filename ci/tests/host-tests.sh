@@ -47,6 +47,22 @@ summary 1 "0 passed, 0 failed" "no tests at all is not a pass" </dev/null
 summary 1 "1 passed, 1 failed" "a suite that ran no test (1..0) fails" < <(printf '# suite: a\n1..1\nok 1 x\n# suite: b\n1..0\n')
 summary 0 "1 passed, 0 failed" "a skipped test is not counted as passed" < <(printf '# suite: a\n1..2\nok 1 x\nok 2 y # SKIP no device\n')
 summary 1 "0 passed, 0 failed" "skips alone are not a pass" < <(printf '# suite: a\n1..1\nok 1 x # SKIP\n')
+
+# The guest's libtest -> TAP conversion (ci/guest/guest-lib.sh).
+eval "$(sed -n '/^libtest_tap() {/,/^}/p' "$ci/guest/guest-lib.sh")"
+libtest() { # libtest EXPECTED_RC EXPECTED_LINE DESCRIPTION < libtest output
+	printf '# suite: a\n' >"$tmp/libtest"
+	libtest_tap >>"$tmp/libtest"
+	summary "$1" "$2" "$3" <"$tmp/libtest"
+}
+libtest 0 "2 passed, 0 failed" "libtest: a binary that ran what it announced and exited 0 passes" \
+	< <(printf 'running 2 tests\ntest a ... ok\ntest b ... ok\np2pdirect-test-exit 0\n')
+libtest 1 "1 passed, 2 failed" "libtest: a binary killed mid-test fails" \
+	< <(printf 'running 3 tests\ntest a ... ok\ntest b ... \np2pdirect-test-exit 135\n')
+libtest 1 "0 passed, 1 failed" "libtest: a binary that never started fails" \
+	< <(printf '\np2pdirect-test-exit 127\n')
+libtest 1 "1 passed, 1 failed" "libtest: output without an exit status fails" \
+	< <(printf 'running 1 test\ntest a ... ok\n')
 echo "1..$n"
 
 echo "# suite: host-prune-runs"

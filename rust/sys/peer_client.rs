@@ -510,8 +510,10 @@ pub(crate) unsafe fn dma_map<T: KernelApi>(
     };
     // `dma_map` keeps to `max` (and unmaps itself past it, before another
     // caller's map or unmap of the range can come between): the writes
-    // below stay within `segs` whatever it returns.
+    // below stay within `segs` whatever it returns, and a mapping that
+    // broke that promise is not left behind.
     if list.len() > max {
+        T::dma_unmap(&m);
         return E2BIG.to_errno();
     }
     for (i, (addr, len)) in list.iter().enumerate() {

@@ -2020,12 +2020,6 @@ TEST_F_TIMEOUT(ft, d1_gpu_unbind_during_io, 300)
 
 #define UNLOADED_FLAG "/tmp/p2pdirect-fault-unloaded"
 
-/* delete_module(2) as rmmod calls it: 0 (unloaded) or -errno. */
-static int try_rmmod(void)
-{
-	return syscall(SYS_delete_module, MODULE_NAME, O_NONBLOCK) ? -errno : 0;
-}
-
 /* "In use": EWOULDBLOCK from a reference count that is not 0, EBUSY while it goes. */
 static bool in_use(int r)
 {
@@ -2197,12 +2191,6 @@ static int holder_stop(struct holder *h, char how)
 	if (waitpid(h->pid, &status, 0) != h->pid || !WIFEXITED(status))
 		return -1;
 	return WEXITSTATUS(status);
-}
-
-/* The module's reference count from /proc/modules, or -1. */
-static int module_refs(void)
-{
-	return (int)file_number("/proc/modules", MODULE_NAME " %*u %ld");
 }
 
 /*

@@ -208,17 +208,6 @@ static void *ro_page(const void *content, size_t len)
 	return p;
 }
 
-/* The module's reference count from /proc/modules, or -1. */
-static int module_refs(void)
-{
-	return (int)file_number("/proc/modules", "p2pdirect %*u %ld");
-}
-
-static int try_rmmod(void)
-{
-	return syscall(SYS_delete_module, "p2pdirect", O_NONBLOCK) ? -errno : 0;
-}
-
 /* --- 1. module lifetime ------------------------------------------------------ */
 
 /*

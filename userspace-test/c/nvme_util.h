@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/sysmacros.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -253,6 +254,18 @@ static inline long file_number(const char *path, const char *fmt)
 			break;
 	fclose(f);
 	return n;
+}
+
+/* p2pdirect's reference count from /proc/modules, or -1. */
+static inline int module_refs(void)
+{
+	return (int)file_number("/proc/modules", "p2pdirect %*u %ld");
+}
+
+/* delete_module(2) of p2pdirect as rmmod calls it: 0 (unloaded) or -errno. */
+static inline int try_rmmod(void)
+{
+	return syscall(SYS_delete_module, "p2pdirect", O_NONBLOCK) ? -errno : 0;
 }
 
 /* /sys/dev/block/MAJ:MIN/@attr of the block device numbered @dev. */
